@@ -1,0 +1,101 @@
+"""tensorgraph: a tensor-graph compiler with a live-range arena memory planner.
+
+    import tensorgraph as tg
+    g = tg.Graph("mlp")
+    x = g.input("x", (32, 1024), tg.float32)
+    w = g.param("w1", (1024, 1024), tg.float32)
+    g.output(tg.relu(x @ w + 1.0))
+    prog = tg.compile(g)
+    outs = prog.run({"x": x_np}, params={"w1": w_np}, backend="mlx")
+"""
+
+from tensorgraph.compiler import DEFAULT_PASSES, Program, compile  # noqa: A004
+from tensorgraph.errors import (
+    DTypeError,
+    GraphError,
+    PlanError,
+    RunError,
+    ShapeError,
+    TensorGraphError,
+)
+from tensorgraph.ir.builder import (
+    Tensor,
+    abs,  # noqa: A004
+    add,
+    arange,
+    argmax,
+    astype,
+    avg_pool2d,
+    broadcast_to,
+    clip,
+    concatenate,
+    conv2d,
+    cos,
+    divide,
+    equal,
+    exp,
+    expand_dims,
+    flatten,
+    full,
+    gelu,
+    gelu_approx,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    log_softmax,
+    logical_and,
+    logical_not,
+    logical_or,
+    matmul,
+    max,  # noqa: A004
+    max_pool2d,
+    maximum,
+    mean,
+    min,  # noqa: A004
+    minimum,
+    multiply,
+    narrow,
+    negative,
+    not_equal,
+    ones,
+    permute,
+    power,
+    reciprocal,
+    relu,
+    reshape,
+    rsqrt,
+    sigmoid,
+    silu,
+    sin,
+    slice_update,
+    softmax,
+    sqrt,
+    square,
+    squeeze,
+    stack,
+    subtract,
+    sum,  # noqa: A004
+    swapaxes,
+    take,
+    tanh,
+    transpose,
+    where,
+    zeros,
+)
+from tensorgraph.ir.dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+)
+from tensorgraph.ir.graph import Graph
+
+__version__ = "0.1.0"

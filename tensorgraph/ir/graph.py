@@ -1,0 +1,287 @@
+"""The graph: SSA nodes in a topological order, named boundary nodes, ordered outputs.
+
+A Graph is the one mutable object of the IR, and only by appending (`input`, `param`,
+`constant`, `output`, `add`): nodes are never changed or removed in place. Passes make
+new graphs with `Graph.from_nodes`. Derived facts (users, names) are computed from the
+nodes. Bound param values (weights known at compile time) travel with the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import networkx as nx
+import numpy as np
+
+from tensorgraph.errors import DTypeError, GraphError, ShapeError, TensorGraphError
+from tensorgraph.ir.dtypes import DType, as_dtype
+from tensorgraph.ir.node import Node, describe
+from tensorgraph.ir.ops import Operand, complete_attrs, get_op
+
+if TYPE_CHECKING:
+    from tensorgraph.ir.builder import Tensor
+
+
+def label(node: Node) -> str:
+    """How messages name a value: the user's name for boundary nodes, else `%id`."""
+    return node.name or f"%{node.id}"
+
+
+class Graph:
+    """A tensor graph under construction or produced by a pass (see module docstring)."""
+
+    def __init__(self, name: str = "graph") -> None:
+        self.name = name
+        self._nodes: list[Node] = []
+        self._by_id: dict[int, Node] = {}
+        self._outputs: list[int] = []
+        self._names: dict[str, int] = {}
+        self.param_values: dict[str, np.ndarray] = {}
+        self._next_id = 0
+
+    # ------------------------------------------------------------ reading
+
+    @property
+    def nodes(self) -> Sequence[Node]:
+        """Every node, in a valid topological order (read-only view)."""
+        return tuple(self._nodes)
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        """Ids of the output nodes, in the order the user listed them (repeats allowed)."""
+        return tuple(self._outputs)
+
+    def node(self, node_id: int) -> Node:
+        try:
+            return self._by_id[node_id]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r} has no node %{node_id}") from None
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._by_id
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def boundary(self, op: str) -> list[Node]:
+        """The nodes of boundary op `op` ('input', 'param' or 'constant'), in order."""
+        return [n for n in self._nodes if n.op == op]
+
+    @property
+    def inputs(self) -> list[Node]:
+        return self.boundary("input")
+
+    @property
+    def params(self) -> list[Node]:
+        return self.boundary("param")
+
+    def users(self) -> dict[int, list[int]]:
+        """node id -> ids of the nodes reading it (once per reading node, in order)."""
+        result: dict[int, list[int]] = {n.id: [] for n in self._nodes}
+        for node in self._nodes:
+            for source in dict.fromkeys(node.inputs):
+                result[source].append(node.id)
+        return result
+
+    def to_networkx(self) -> nx.DiGraph:
+        """The dataflow as a networkx DiGraph (edge input -> user), for graph algorithms."""
+        dag = nx.DiGraph()
+        dag.add_nodes_from(n.id for n in self._nodes)
+        dag.add_edges_from((i, n.id) for n in self._nodes for i in n.inputs)
+        return dag
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Graph):
+            return NotImplemented
+        return (
+            self.name == other.name
+            and self._nodes == other._nodes
+            and self._outputs == other._outputs
+            and self.param_values.keys() == other.param_values.keys()
+            and all(
+                self.param_values[k].dtype == other.param_values[k].dtype
+                and np.array_equal(self.param_values[k], other.param_values[k], equal_nan=True)
+                for k in self.param_values
+            )
+        )
+
+    __hash__ = None  # mutable
+
+    def __str__(self) -> str:
+        from tensorgraph.ir.printer import format_graph
+
+        return format_graph(self)
+
+    def __repr__(self) -> str:
+        return f"<Graph {self.name!r}: {len(self._nodes)} nodes, {len(self._outputs)} outputs>"
+
+    # ------------------------------------------------------------ building
+
+    def add(self, op: str, inputs: Sequence[int] = (), attrs: Mapping[str, object] | None = None,
+            ) -> Node:
+        """Append `op(inputs)` with `attrs`: validates arity and attributes, infers shape and
+        dtype. Errors name the would-be node (`%id op`) and the operands."""
+        opdef = get_op(op)
+        node_id = self._next_id
+        who = f"%{node_id} {op}"
+        inputs = tuple(inputs)
+        if len(inputs) < opdef.min_inputs or (
+            opdef.max_inputs is not None and len(inputs) > opdef.max_inputs
+        ):
+            expected = (
+                f"{opdef.min_inputs}" if opdef.min_inputs == opdef.max_inputs
+                else f"{opdef.min_inputs}..{opdef.max_inputs or 'n'}"
+            )
+            raise GraphError(f"{who}: takes {expected} inputs but got {len(inputs)}")
+        operands = []
+        for i in inputs:
+            if i not in self._by_id:
+                raise GraphError(f"{who}: input %{i} is not a node of graph {self.name!r}")
+            source = self._by_id[i]
+            operands.append(Operand(label(source), source.shape, source.dtype))
+        full = complete_attrs(opdef, attrs or {}, who)
+        try:
+            shape, dtype = opdef.infer(operands, full)
+        except (ShapeError, DTypeError) as err:
+            raise type(err)(f"{who}: {err}") from err
+        node = Node(node_id, op, inputs, full, shape, dtype)
+        name = node.name
+        if name and opdef.boundary:
+            if name in self._names:
+                raise GraphError(f"{who}: duplicate name {name!r} (already %{self._names[name]})")
+            self._names[name] = node_id
+        self._append(node)
+        return node
+
+    def _append(self, node: Node) -> None:
+        self._nodes.append(node)
+        self._by_id[node.id] = node
+        self._next_id = max(self._next_id, node.id + 1)
+
+    def _tensor(self, node: Node) -> Tensor:
+        from tensorgraph.ir.builder import Tensor
+
+        return Tensor(self, node.id)
+
+    def input(self, name: str, shape: Iterable[int], dtype: DType | str = "float32") -> Tensor:
+        """A run-time input named `name` (fed by `prog.run({name: array})`)."""
+        dtype = as_dtype(dtype)
+        node = self.add("input", (), {"name": name, "shape": tuple(shape), "dtype": dtype.name})
+        return self._tensor(node)
+
+    def param(self, name: str, shape: Iterable[int], dtype: DType | str = "float32",
+              value: np.ndarray | None = None) -> Tensor:
+        """A weight named `name`: bound now when `value` is given, else supplied at run time."""
+        dtype = as_dtype(dtype)
+        node = self.add("param", (), {"name": name, "shape": tuple(shape), "dtype": dtype.name})
+        if value is not None:
+            self.bind(name, value)
+        return self._tensor(node)
+
+    def bind(self, name: str, value: np.ndarray) -> None:
+        """Bind param `name` to `value` (its shape and dtype must match the declaration)."""
+        node = self._names.get(name)
+        if node is None or self._by_id[node].op != "param":
+            raise GraphError(f"graph {self.name!r} has no param named {name!r}")
+        param = self._by_id[node]
+        array = np.asarray(value)
+        if tuple(array.shape) != param.shape:
+            raise ShapeError(f"param {name!r}: value shape {array.shape} != {param.shape}")
+        if array.dtype != param.dtype.to_numpy():
+            raise DTypeError(f"param {name!r}: value dtype {array.dtype} != {param.dtype}")
+        self.param_values[name] = np.array(array, order="C")
+
+    def constant(self, value: object, dtype: DType | str | None = None, name: str = "") -> Tensor:
+        """A literal array (kept as bytes in the node, so equal constants are equal nodes)."""
+        array = np.asarray(value)
+        target = as_dtype(dtype) if dtype is not None else _default_dtype(array)
+        array = np.array(array, dtype=target.to_numpy(), order="C")
+        node = self.add(
+            "constant",
+            (),
+            {"name": name, "shape": array.shape, "dtype": target.name, "value": array.tobytes()},
+        )
+        return self._tensor(node)
+
+    def output(self, *tensors: Tensor) -> None:
+        """Append outputs, in order; a tensor may be listed more than once."""
+        for tensor in tensors:
+            node_id = getattr(tensor, "id", None)
+            if getattr(tensor, "graph", None) is not self or node_id not in self._by_id:
+                raise GraphError(f"graph {self.name!r}: output {tensor!r} is not one of its nodes")
+            self._outputs.append(node_id)
+
+    # ------------------------------------------------------------ rewriting
+
+    @classmethod
+    def from_nodes(cls, name: str, nodes: Iterable[Node], outputs: Iterable[int],
+                   param_values: Mapping[str, np.ndarray] | None = None) -> Graph:
+        """A graph holding exactly `nodes` (in the given order) and `outputs`. Ids are
+        kept; only `verify` checks the result, so passes can be checked after the fact."""
+        graph = cls(name)
+        for node in nodes:
+            if node.id in graph._by_id:
+                raise GraphError(f"graph {name!r}: duplicate node id %{node.id}")
+            graph._append(node)
+            if node.name and get_op(node.op).boundary:
+                graph._names.setdefault(node.name, node.id)
+        graph._outputs = list(outputs)
+        graph.param_values = dict(param_values or {})
+        return graph
+
+    def replace_uses(self, mapping: Mapping[int, int]) -> Graph:
+        """A new graph where every use of `old` (inputs and outputs) reads `mapping[old]`,
+        and the replaced nodes are dropped. Replacements must come earlier in the order."""
+        nodes = [
+            node if not any(i in mapping for i in node.inputs)
+            else _evolve_inputs(node, tuple(mapping.get(i, i) for i in node.inputs))
+            for node in self._nodes
+            if node.id not in mapping
+        ]
+        outputs = [mapping.get(o, o) for o in self._outputs]
+        return Graph.from_nodes(self.name, nodes, outputs, self._live_params(nodes))
+
+    def keep(self, node_ids: Iterable[int]) -> Graph:
+        """A new graph with only the nodes in `node_ids` (order kept), same outputs."""
+        keep = set(node_ids)
+        nodes = [n for n in self._nodes if n.id in keep]
+        return Graph.from_nodes(self.name, nodes, self._outputs, self._live_params(nodes))
+
+    def _live_params(self, nodes: Iterable[Node]) -> dict[str, np.ndarray]:
+        names = {n.name for n in nodes if n.op == "param"}
+        return {k: v for k, v in self.param_values.items() if k in names}
+
+    # ------------------------------------------------------------ serialisation
+
+    def to_json(self) -> str:
+        """Exact JSON text of the graph, constants and bound params included."""
+        from tensorgraph.ir.serialize import graph_to_json
+
+        return graph_to_json(self)
+
+    @classmethod
+    def from_json(cls, text: str) -> Graph:
+        """The graph `to_json` wrote; verified, so a corrupted text raises a GraphError."""
+        from tensorgraph.ir.serialize import graph_from_json
+
+        return graph_from_json(text)
+
+
+def _evolve_inputs(node: Node, inputs: tuple[int, ...]) -> Node:
+    return Node(node.id, node.op, inputs, node.attrs, node.shape, node.dtype)
+
+
+def _default_dtype(array: np.ndarray) -> DType:
+    """float64 literals become float32 and Python ints int32 (the MLX defaults)."""
+    if array.dtype == np.float64:
+        return as_dtype("float32")
+    if array.dtype == np.int64 and array.ndim == 0:
+        return as_dtype("int32")
+    try:
+        return as_dtype(array.dtype)
+    except TensorGraphError as err:
+        raise DTypeError(f"constant of unsupported dtype {array.dtype}") from err
+
+
+__all__ = ["Graph", "describe", "label"]

@@ -1,0 +1,69 @@
+"""SSA nodes: frozen values that hash by content, so equal fields mean one computation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from attrs import evolve, field, frozen
+
+from tensorgraph.ir.dtypes import DType
+
+__all__ = ["Node", "describe", "evolve"]
+
+
+def _freeze(value: object) -> object:
+    """Lists become tuples (recursively) so attribute values are hashable."""
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _canonical_attrs(attrs: Mapping[str, object] | Iterable) -> tuple[tuple[str, object], ...]:
+    items = attrs.items() if isinstance(attrs, Mapping) else attrs
+    return tuple(sorted((str(k), _freeze(v)) for k, v in items))
+
+
+@frozen(cache_hash=True)
+class Node:
+    """One SSA value: `op` applied to `inputs` (node ids), giving `shape` and `dtype`.
+
+    Invariants: attrs are sorted (name, value) pairs with tuples for sequences; a
+    constant's payload is `bytes` in attr `value`; nodes never change (use `evolve`)."""
+
+    id: int
+    op: str
+    inputs: tuple[int, ...] = field(converter=tuple)
+    attrs: tuple[tuple[str, object], ...] = field(converter=_canonical_attrs)
+    shape: tuple[int, ...] = field(converter=tuple)
+    dtype: DType
+
+    def attr(self, name: str, default: object = None) -> object:
+        """The value of attribute `name`, or `default` if absent."""
+        for key, value in self.attrs:
+            if key == name:
+                return value
+        return default
+
+    @property
+    def attr_dict(self) -> dict[str, object]:
+        return dict(self.attrs)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the dense row-major tensor this node produces."""
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count * self.dtype.itemsize
+
+    @property
+    def name(self) -> str | None:
+        """The user's name for input, param and constant nodes (None for others)."""
+        value = self.attr("name")
+        return value if isinstance(value, str) else None
+
+
+def describe(node: Node) -> str:
+    """`%id op` (plus the name of a boundary node): how every message names a node."""
+    name = node.name
+    return f"%{node.id} {node.op}" + (f" {name!r}" if name else "")

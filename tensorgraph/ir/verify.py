@@ -1,0 +1,98 @@
+"""The IR verifier: checks every structural invariant of a graph, independently.
+
+Invariants checked (each failure raises GraphError, ShapeError or DTypeError whose
+message carries the offending node's printed line):
+1. node ids are unique;
+2. every input id names a node earlier in the list (topological order, no dangling ids,
+   hence no cycles);
+3. every op is registered and called with an arity its OpDef allows;
+4. attributes are exactly the op's schema, of the declared kinds;
+5. shape and dtype equal what the op's inference gives for the inputs;
+6. boundary names (inputs, params, named constants) are unique and non-empty for inputs
+   and params;
+7. every output id names a node;
+8. bound param values exist only for declared params and match their shape and dtype;
+9. `view=True` only on a node that `view_offset` accepts as a view of its input;
+10. `inplace=k` names an operand of exactly the output's dtype and byte size.
+"""
+
+from __future__ import annotations
+
+from tensorgraph.errors import DTypeError, GraphError, ShapeError
+from tensorgraph.ir.graph import Graph, label
+from tensorgraph.ir.node import Node
+from tensorgraph.ir.ops import INPLACE_ATTR, OPS, VIEW_ATTR, Operand, complete_attrs, view_offset
+from tensorgraph.ir.printer import format_node
+
+
+def _fail(error: type[Exception], node: Node, message: str) -> None:
+    raise error(f"{message}\n  in: {format_node(node)}")
+
+
+def verify(graph: Graph) -> None:
+    """Raise on the first broken invariant (see module docstring); return None if sound."""
+    seen: dict[int, Node] = {}
+    names: dict[str, int] = {}
+    for node in graph.nodes:
+        who = f"%{node.id} {node.op}"
+        if node.id in seen:
+            _fail(GraphError, node, f"{who}: duplicate node id")
+        opdef = OPS.get(node.op)
+        if opdef is None:
+            _fail(GraphError, node, f"{who}: unknown op {node.op!r}")
+        count = len(node.inputs)
+        if count < opdef.min_inputs or (opdef.max_inputs is not None and count > opdef.max_inputs):
+            _fail(GraphError, node, f"{who}: {count} inputs is not a valid arity")
+        for i in node.inputs:
+            if i not in seen:
+                where = "a later node (order or cycle)" if i in graph else "no node (dangling)"
+                _fail(GraphError, node, f"{who}: input %{i} is {where}")
+        attrs = node.attr_dict
+        if complete_attrs(opdef, attrs, who) != attrs:
+            _fail(GraphError, node, f"{who}: attributes {attrs} do not match the op's schema")
+        operands = [Operand(label(seen[i]), seen[i].shape, seen[i].dtype) for i in node.inputs]
+        try:
+            shape, dtype = opdef.infer(operands, attrs)
+        except (ShapeError, DTypeError) as err:
+            _fail(type(err), node, f"{who}: {err}")
+        if tuple(shape) != node.shape:
+            _fail(ShapeError, node, f"{who}: shape {node.shape} but inference gives {shape}")
+        if dtype != node.dtype:
+            _fail(DTypeError, node, f"{who}: dtype {node.dtype} but inference gives {dtype}")
+        if attrs.get(VIEW_ATTR):
+            source = seen[node.inputs[0]]
+            if view_offset(node.op, attrs, source.shape, node.dtype, source.dtype) is None:
+                _fail(GraphError, node, f"{who}: marked as a view but it must copy")
+        slot = attrs.get(INPLACE_ATTR, -1)
+        if slot != -1:
+            if not 0 <= slot < count:
+                _fail(GraphError, node, f"{who}: inplace operand {slot} does not exist")
+            target = seen[node.inputs[slot]]
+            if target.dtype != node.dtype or target.nbytes != node.nbytes:
+                _fail(
+                    GraphError, node,
+                    f"{who}: writes in place of {label(target)} {target.shape} {target.dtype}, "
+                    f"which differs from its output {node.shape} {node.dtype}",
+                )
+        if opdef.boundary:
+            name = node.attr("name")
+            if node.op != "constant" and not name:
+                _fail(GraphError, node, f"{who}: inputs and params need a name")
+            if name:
+                if name in names:
+                    _fail(GraphError, node, f"{who}: duplicate name {name!r} (%{names[name]})")
+                names[name] = node.id
+        seen[node.id] = node
+    for position, output in enumerate(graph.outputs):
+        if output not in seen:
+            raise GraphError(f"graph {graph.name!r}: output {position} is %{output}, no node")
+    params = {n.attr("name"): n for n in seen.values() if n.op == "param"}
+    for name, value in graph.param_values.items():
+        if name not in params:
+            raise GraphError(f"graph {graph.name!r}: bound value for unknown param {name!r}")
+        node = params[name]
+        if tuple(value.shape) != node.shape or value.dtype != node.dtype.to_numpy():
+            _fail(
+                ShapeError, node,
+                f"param {name!r}: bound value {value.shape} {value.dtype} does not match",
+            )
