@@ -1,15 +1,15 @@
 """tensorgraph: a tensor-graph compiler with a live-range arena memory planner.
 
-    import tensorgraph as tg
-    g = tg.Graph("mlp")
-    x = g.input("x", (32, 1024), tg.float32)
-    w = g.param("w1", (1024, 1024), tg.float32)
-    g.output(tg.relu(x @ w + 1.0))
-    prog = tg.compile(g)
-    outs = prog.run({"x": x_np}, params={"w1": w_np}, backend="mlx")
+import tensorgraph as tg
+g = tg.Graph("mlp")
+x = g.input("x", (32, 1024), tg.float32)
+w = g.param("w1", (1024, 1024), tg.float32)
+g.output(tg.relu(x @ w + 1.0))
+prog = tg.compile(g)
+outs = prog.run({"x": x_np}, params={"w1": w_np}, backend="mlx")
 """
 
-from tensorgraph.compiler import DEFAULT_PASSES, Program, compile  # noqa: A004
+from tensorgraph.compiler import DEFAULT_PASSES, Program, compile
 from tensorgraph.errors import (
     DTypeError,
     GraphError,
@@ -20,7 +20,7 @@ from tensorgraph.errors import (
 )
 from tensorgraph.ir.builder import (
     Tensor,
-    abs,  # noqa: A004
+    abs,
     add,
     arange,
     argmax,
@@ -49,11 +49,11 @@ from tensorgraph.ir.builder import (
     logical_not,
     logical_or,
     matmul,
-    max,  # noqa: A004
+    max,
     max_pool2d,
     maximum,
     mean,
-    min,  # noqa: A004
+    min,
     minimum,
     multiply,
     narrow,
@@ -76,7 +76,7 @@ from tensorgraph.ir.builder import (
     squeeze,
     stack,
     subtract,
-    sum,  # noqa: A004
+    sum,
     swapaxes,
     take,
     tanh,

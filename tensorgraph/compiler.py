@@ -29,8 +29,14 @@ class Program:
     """A compiled graph: the rewritten `graph` (whose node order is the `schedule`), the
     memory `plan`, and per-pass `stats`. `run` executes it on a backend."""
 
-    def __init__(self, source: Graph, graph: Graph, plan: object, stats: dict,
-                 schedule_stats: dict | None = None) -> None:
+    def __init__(
+        self,
+        source: Graph,
+        graph: Graph,
+        plan: object,
+        stats: dict,
+        schedule_stats: dict | None = None,
+    ) -> None:
         self.source = source
         self.graph = graph
         self.plan = plan
@@ -42,8 +48,13 @@ class Program:
         """Node ids in execution order."""
         return tuple(n.id for n in self.graph.nodes)
 
-    def run(self, inputs: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray] | None = None,
-            backend: str = "mlx", **options: object) -> list[np.ndarray]:
+    def run(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        params: Mapping[str, np.ndarray] | None = None,
+        backend: str = "mlx",
+        **options: object,
+    ) -> list[np.ndarray]:
         """Outputs (NumPy arrays, in the graph's output order) for `inputs` and `params`
         (bound params need not be given). RunError names a missing, extra or mistyped
         input; `backend` is one of "mlx", "numpy" (reference) and "arena"."""
@@ -74,7 +85,7 @@ class Program:
         )
 
 
-def compile(  # noqa: A001 - the contract's name
+def compile(
     graph: Graph,
     passes: Sequence[str] = DEFAULT_PASSES,
     planner: str = "best",
@@ -101,8 +112,9 @@ def compile(  # noqa: A001 - the contract's name
     verify(graph)
     if not graph.outputs:
         raise GraphError(f"graph {graph.name!r} has no outputs; call g.output(...)")
-    rewritten, stats, schedule_stats = run_passes(graph, tuple(passes), schedule=schedule,
-                                                  debug=debug)
+    rewritten, stats, schedule_stats = run_passes(
+        graph, tuple(passes), schedule=schedule, debug=debug
+    )
     plan = plan_memory(
         rewritten,
         algorithm=planner,

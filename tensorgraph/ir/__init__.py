@@ -7,6 +7,16 @@ from tensorgraph.ir.ops import OPS, OpDef, get_op, view_offset
 from tensorgraph.ir.verify import verify
 
 __all__ = [
-    "DTYPES", "OPS", "DType", "Graph", "Node", "OpDef", "as_dtype", "describe", "get_op",
-    "promote_types", "verify", "view_offset",
+    "DTYPES",
+    "OPS",
+    "DType",
+    "Graph",
+    "Node",
+    "OpDef",
+    "as_dtype",
+    "describe",
+    "get_op",
+    "promote_types",
+    "verify",
+    "view_offset",
 ]

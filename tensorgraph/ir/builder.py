@@ -149,7 +149,7 @@ class Tensor:
         return transpose(self, axes or None)
 
     @property
-    def T(self) -> Tensor:  # noqa: N802 - NumPy's name
+    def T(self) -> Tensor:
         return transpose(self)
 
     def astype(self, dtype: DType | str) -> Tensor:
@@ -211,9 +211,7 @@ def _emit(op: str, inputs: Sequence[Tensor], graph: Graph | None = None, **attrs
         if not isinstance(t, Tensor):
             raise GraphError(f"{op}: expected a Tensor but got {t!r}")
         if t.graph is not graph:
-            raise GraphError(
-                f"{op}: {t!r} belongs to graph {t.graph.name!r}, not {graph.name!r}"
-            )
+            raise GraphError(f"{op}: {t!r} belongs to graph {t.graph.name!r}, not {graph.name!r}")
     node = graph.add(op, [t.id for t in inputs], attrs)
     return Tensor(graph, node.id)
 
@@ -251,7 +249,7 @@ def negative(x: Tensor) -> Tensor:
     return _unary("neg", x)
 
 
-def abs(x: Tensor) -> Tensor:  # noqa: A001 - mlx.core name
+def abs(x: Tensor) -> Tensor:
     return _unary("abs", x)
 
 
@@ -410,7 +408,7 @@ def _reduce(op: str, x: Tensor, axis: int | Sequence[int] | None, keepdims: bool
     return _emit(op, [x], axes=axes, keepdims=bool(keepdims))
 
 
-def sum(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+def sum(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
     return _reduce("sum", x, axis, keepdims)
 
 
@@ -418,11 +416,11 @@ def mean(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = Fa
     return _reduce("mean", x, axis, keepdims)
 
 
-def max(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+def max(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
     return _reduce("max", x, axis, keepdims)
 
 
-def min(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+def min(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
     return _reduce("min", x, axis, keepdims)
 
 
@@ -453,8 +451,10 @@ def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
 
 def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
     """Permute dims (reverse them when `axes` is None); makes a new contiguous buffer."""
-    perm = tuple(range(x.ndim))[::-1] if axes is None else tuple(
-        normalize_axis(a, x.ndim) for a in axes
+    perm = (
+        tuple(range(x.ndim))[::-1]
+        if axes is None
+        else tuple(normalize_axis(a, x.ndim) for a in axes)
     )
     return _emit("transpose", [x], axes=perm)
 
@@ -544,33 +544,49 @@ def take(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
 def slice_update(target: Tensor, update: Tensor, axis: int, start: int) -> Tensor:
     """A copy of `target` with `update` written at `start` along `axis` (functional; the
     reinplace pass makes it write into `target` when that buffer dies here)."""
-    return _emit("slice_update", [target, update], axis=normalize_axis(axis, target.ndim),
-                 start=int(start))
+    return _emit(
+        "slice_update", [target, update], axis=normalize_axis(axis, target.ndim), start=int(start)
+    )
 
 
 # ---------------------------------------------------------------- generators
 
 
-def arange(graph: Graph, start: float, stop: float | None = None, step: float = 1,
-           dtype: DType | str | None = None) -> Tensor:
+def arange(
+    graph: Graph,
+    start: float,
+    stop: float | None = None,
+    step: float = 1,
+    dtype: DType | str | None = None,
+) -> Tensor:
     """[start, stop) in `step`s (one argument means [0, start)), as mlx.core.arange."""
     if stop is None:
         start, stop = 0, start
     if dtype is None:
         is_int = all(isinstance(v, int) for v in (start, stop, step))
         dtype = "int32" if is_int else "float32"
-    return _emit("arange", [], graph, start=start, stop=stop, step=step,
-                 dtype=as_dtype(dtype).name)
+    return _emit("arange", [], graph, start=start, stop=stop, step=step, dtype=as_dtype(dtype).name)
 
 
-def full(graph: Graph, shape: Sequence[int], value: Scalar,
-         dtype: DType | str | None = None) -> Tensor:
+def full(
+    graph: Graph, shape: Sequence[int], value: Scalar, dtype: DType | str | None = None
+) -> Tensor:
     if dtype is None:
-        dtype = "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else (
-            "float32"
+        dtype = (
+            "bool"
+            if isinstance(value, bool)
+            else "int32"
+            if isinstance(value, int)
+            else ("float32")
         )
-    return _emit("full", [], graph, shape=tuple(int(d) for d in shape), value=value,
-                 dtype=as_dtype(dtype).name)
+    return _emit(
+        "full",
+        [],
+        graph,
+        shape=tuple(int(d) for d in shape),
+        value=value,
+        dtype=as_dtype(dtype).name,
+    )
 
 
 def zeros(graph: Graph, shape: Sequence[int], dtype: DType | str = "float32") -> Tensor:
@@ -591,29 +607,57 @@ def _pair(value: int | Sequence[int]) -> tuple[int, int]:
     return (int(a), int(b))
 
 
-def conv2d(input: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,  # noqa: A002
-           padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
-           groups: int = 1) -> Tensor:
+def conv2d(
+    input: Tensor,
+    weight: Tensor,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+) -> Tensor:
     """2-D convolution, NCHW input and OIHW weight (PyTorch's layout), MLX's arg names."""
-    return _emit("conv2d", [input, weight], stride=_pair(stride), padding=_pair(padding),
-                 dilation=_pair(dilation), groups=int(groups))
+    return _emit(
+        "conv2d",
+        [input, weight],
+        stride=_pair(stride),
+        padding=_pair(padding),
+        dilation=_pair(dilation),
+        groups=int(groups),
+    )
 
 
-def max_pool2d(x: Tensor, kernel_size: int | Sequence[int],
-               stride: int | Sequence[int] | None = None,
-               padding: int | Sequence[int] = 0) -> Tensor:
+def max_pool2d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+) -> Tensor:
     kernel = _pair(kernel_size)
-    return _emit("max_pool2d", [x], kernel_size=kernel,
-                 stride=_pair(stride) if stride is not None else kernel, padding=_pair(padding))
+    return _emit(
+        "max_pool2d",
+        [x],
+        kernel_size=kernel,
+        stride=_pair(stride) if stride is not None else kernel,
+        padding=_pair(padding),
+    )
 
 
-def avg_pool2d(x: Tensor, kernel_size: int | Sequence[int],
-               stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
-               count_include_pad: bool = True) -> Tensor:
+def avg_pool2d(
+    x: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    count_include_pad: bool = True,
+) -> Tensor:
     kernel = _pair(kernel_size)
-    return _emit("avg_pool2d", [x], kernel_size=kernel,
-                 stride=_pair(stride) if stride is not None else kernel, padding=_pair(padding),
-                 count_include_pad=count_include_pad)
+    return _emit(
+        "avg_pool2d",
+        [x],
+        kernel_size=kernel,
+        stride=_pair(stride) if stride is not None else kernel,
+        padding=_pair(padding),
+        count_include_pad=count_include_pad,
+    )
 
 
 # ---------------------------------------------------------------- indexing

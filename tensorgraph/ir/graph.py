@@ -118,8 +118,12 @@ class Graph:
 
     # ------------------------------------------------------------ building
 
-    def add(self, op: str, inputs: Sequence[int] = (), attrs: Mapping[str, object] | None = None,
-            ) -> Node:
+    def add(
+        self,
+        op: str,
+        inputs: Sequence[int] = (),
+        attrs: Mapping[str, object] | None = None,
+    ) -> Node:
         """Append `op(inputs)` with `attrs`: validates arity and attributes, infers shape and
         dtype. Errors name the would-be node (`%id op`) and the operands."""
         opdef = get_op(op)
@@ -130,7 +134,8 @@ class Graph:
             opdef.max_inputs is not None and len(inputs) > opdef.max_inputs
         ):
             expected = (
-                f"{opdef.min_inputs}" if opdef.min_inputs == opdef.max_inputs
+                f"{opdef.min_inputs}"
+                if opdef.min_inputs == opdef.max_inputs
                 else f"{opdef.min_inputs}..{opdef.max_inputs or 'n'}"
             )
             raise GraphError(f"{who}: takes {expected} inputs but got {len(inputs)}")
@@ -170,8 +175,13 @@ class Graph:
         node = self.add("input", (), {"name": name, "shape": tuple(shape), "dtype": dtype.name})
         return self._tensor(node)
 
-    def param(self, name: str, shape: Iterable[int], dtype: DType | str = "float32",
-              value: np.ndarray | None = None) -> Tensor:
+    def param(
+        self,
+        name: str,
+        shape: Iterable[int],
+        dtype: DType | str = "float32",
+        value: np.ndarray | None = None,
+    ) -> Tensor:
         """A weight named `name`: bound now when `value` is given, else supplied at run time."""
         dtype = as_dtype(dtype)
         node = self.add("param", (), {"name": name, "shape": tuple(shape), "dtype": dtype.name})
@@ -215,8 +225,13 @@ class Graph:
     # ------------------------------------------------------------ rewriting
 
     @classmethod
-    def from_nodes(cls, name: str, nodes: Iterable[Node], outputs: Iterable[int],
-                   param_values: Mapping[str, np.ndarray] | None = None) -> Graph:
+    def from_nodes(
+        cls,
+        name: str,
+        nodes: Iterable[Node],
+        outputs: Iterable[int],
+        param_values: Mapping[str, np.ndarray] | None = None,
+    ) -> Graph:
         """A graph holding exactly `nodes` (in the given order) and `outputs`. Ids are
         kept; only `verify` checks the result, so passes can be checked after the fact."""
         graph = cls(name)
@@ -234,7 +249,8 @@ class Graph:
         """A new graph where every use of `old` (inputs and outputs) reads `mapping[old]`,
         and the replaced nodes are dropped. Replacements must come earlier in the order."""
         nodes = [
-            node if not any(i in mapping for i in node.inputs)
+            node
+            if not any(i in mapping for i in node.inputs)
             else _evolve_inputs(node, tuple(mapping.get(i, i) for i in node.inputs))
             for node in self._nodes
             if node.id not in mapping

@@ -16,7 +16,7 @@ from attrs import evolve, field, frozen
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError
 from tensorgraph.ir.dtypes import DTYPES, DType, as_dtype, bool_, float32, int32, promote_types
-from tensorgraph.ir.shapes import Shape, broadcast_shapes, normalize_axis, numel
+from tensorgraph.ir.shapes import Shape, broadcast_shapes, numel
 
 REQUIRED = object()
 
@@ -323,7 +323,9 @@ def _infer_slice_update(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, D
         u == t for i, (u, t) in enumerate(zip(update.shape, target.shape, strict=True)) if i != axis
     )
     if not fits or start < 0 or start + update.shape[axis] > target.shape[axis]:
-        raise ShapeError(f"slice_update: {update} does not fit {target} at axis {axis} start {start}")
+        raise ShapeError(
+            f"slice_update: {update} does not fit {target} at axis {axis} start {start}"
+        )
     if update.dtype != target.dtype:
         raise DTypeError(f"slice_update: {update.label} is {update.dtype}, target {target.dtype}")
     return target.shape, target.dtype
@@ -425,13 +427,16 @@ register(
 FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "silu")
 NUMERIC_UNARY = ("neg", "abs", "square", "relu")
 for _name in FLOAT_UNARY + NUMERIC_UNARY:
-    register(
-        OpDef(_name, 1, 1, _infer_unary(_name, _name in FLOAT_UNARY), {}, "elementwise", True)
-    )
+    register(OpDef(_name, 1, 1, _infer_unary(_name, _name in FLOAT_UNARY), {}, "elementwise", True))
 register(
     OpDef(
-        "gelu", 1, 1, _infer_unary("gelu", True), {"approximate": AttrSpec("str", "none")},
-        "elementwise", True,
+        "gelu",
+        1,
+        1,
+        _infer_unary("gelu", True),
+        {"approximate": AttrSpec("str", "none")},
+        "elementwise",
+        True,
     )
 )
 register(OpDef("logical_not", 1, 1, _infer_logical, {}, "elementwise", True))
@@ -455,8 +460,12 @@ for _name in ("sum", "mean", "max", "min"):
     register(OpDef(_name, 1, 1, _infer_reduce(_name), _REDUCE, "reduction"))
 register(
     OpDef(
-        "argmax", 1, 1, _infer_argmax,
-        {"axis": AttrSpec("int"), "keepdims": AttrSpec("bool", False)}, "reduction",
+        "argmax",
+        1,
+        1,
+        _infer_argmax,
+        {"axis": AttrSpec("int"), "keepdims": AttrSpec("bool", False)},
+        "reduction",
     )
 )
 for _name in ("softmax", "log_softmax"):
@@ -467,8 +476,12 @@ register(OpDef("reshape", 1, 1, _infer_reshape, {"shape": AttrSpec("ints")}, "vi
 register(OpDef("cast", 1, 1, _infer_cast, {"dtype": AttrSpec("dtype")}, "view"))
 register(
     OpDef(
-        "narrow", 1, 1, _infer_narrow,
-        {"axis": AttrSpec("int"), "start": AttrSpec("int"), "length": AttrSpec("int")}, "view",
+        "narrow",
+        1,
+        1,
+        _infer_narrow,
+        {"axis": AttrSpec("int"), "start": AttrSpec("int"), "length": AttrSpec("int")},
+        "view",
     )
 )
 register(OpDef("broadcast_to", 1, 1, _infer_broadcast_to, {"shape": AttrSpec("ints")}, "layout"))
@@ -476,15 +489,24 @@ register(OpDef("concat", 1, None, _infer_concat, {"axis": AttrSpec("int")}, "lay
 register(OpDef("take", 2, 2, _infer_take, {"axis": AttrSpec("int")}, "gather"))
 register(
     OpDef(
-        "slice_update", 2, 2, _infer_slice_update,
-        {"axis": AttrSpec("int"), "start": AttrSpec("int")}, "update",
+        "slice_update",
+        2,
+        2,
+        _infer_slice_update,
+        {"axis": AttrSpec("int"), "start": AttrSpec("int")},
+        "update",
     )
 )
 register(
     OpDef(
-        "arange", 0, 0, _infer_arange,
+        "arange",
+        0,
+        0,
+        _infer_arange,
         {
-            "start": AttrSpec("float"), "stop": AttrSpec("float"), "step": AttrSpec("float", 1),
+            "start": AttrSpec("float"),
+            "stop": AttrSpec("float"),
+            "step": AttrSpec("float", 1),
             "dtype": AttrSpec("dtype"),
         },
         "generator",
@@ -492,17 +514,25 @@ register(
 )
 register(
     OpDef(
-        "full", 0, 0, _infer_full,
+        "full",
+        0,
+        0,
+        _infer_full,
         {"shape": AttrSpec("ints"), "value": AttrSpec("scalar"), "dtype": AttrSpec("dtype")},
         "generator",
     )
 )
 register(
     OpDef(
-        "conv2d", 2, 2, _infer_conv2d,
+        "conv2d",
+        2,
+        2,
+        _infer_conv2d,
         {
-            "stride": AttrSpec("ints", (1, 1)), "padding": AttrSpec("ints", (0, 0)),
-            "dilation": AttrSpec("ints", (1, 1)), "groups": AttrSpec("int", 1),
+            "stride": AttrSpec("ints", (1, 1)),
+            "padding": AttrSpec("ints", (0, 0)),
+            "dilation": AttrSpec("ints", (1, 1)),
+            "groups": AttrSpec("int", 1),
         },
         "conv",
     )
@@ -515,14 +545,19 @@ _POOL = {
 register(OpDef("max_pool2d", 1, 1, _infer_pool, _POOL, "pool"))
 register(
     OpDef(
-        "avg_pool2d", 1, 1, _infer_pool,
-        {**_POOL, "count_include_pad": AttrSpec("bool", True)}, "pool",
+        "avg_pool2d",
+        1,
+        1,
+        _infer_pool,
+        {**_POOL, "count_include_pad": AttrSpec("bool", True)},
+        "pool",
     )
 )
 
 
-def view_offset(op: str, attrs: Mapping[str, object], source_shape: Shape, dtype: DType,
-                source_dtype: DType) -> int | None:
+def view_offset(
+    op: str, attrs: Mapping[str, object], source_shape: Shape, dtype: DType, source_dtype: DType
+) -> int | None:
     """Byte offset into its input's storage when this op is a pure view, else None.
 
     Views: `reshape` (storage is contiguous, so always), `cast` to the same dtype, and

@@ -70,7 +70,8 @@ def verify(graph: Graph) -> None:
             target = seen[node.inputs[slot]]
             if target.dtype != node.dtype or target.nbytes != node.nbytes:
                 _fail(
-                    GraphError, node,
+                    GraphError,
+                    node,
                     f"{who}: writes in place of {label(target)} {target.shape} {target.dtype}, "
                     f"which differs from its output {node.shape} {node.dtype}",
                 )
@@ -93,6 +94,7 @@ def verify(graph: Graph) -> None:
         node = params[name]
         if tuple(value.shape) != node.shape or value.dtype != node.dtype.to_numpy():
             _fail(
-                ShapeError, node,
+                ShapeError,
+                node,
                 f"param {name!r}: bound value {value.shape} {value.dtype} does not match",
             )
