@@ -20,7 +20,7 @@ from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.shapes import normalize_axes, normalize_axis, resolve_reshape
 
-Scalar = Union[int, float, bool]
+Scalar = int | float | bool
 TensorLike = Union["Tensor", Scalar]
 
 

@@ -2,8 +2,9 @@
 
 from tensorgraph.passes.cse import cse
 from tensorgraph.passes.dce import dce
-from tensorgraph.passes.manager import PASSES, PassResult, run_passes
+from tensorgraph.passes.manager import PASSES, run_passes
 from tensorgraph.passes.reinplace import reinplace
+from tensorgraph.passes.result import PassResult
 from tensorgraph.passes.view_alias import view_alias
 
 __all__ = ["PASSES", "PassResult", "cse", "dce", "reinplace", "run_passes", "view_alias"]

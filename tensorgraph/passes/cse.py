@@ -10,7 +10,7 @@ from __future__ import annotations
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
-from tensorgraph.passes.manager import PassResult
+from tensorgraph.passes.result import PassResult
 
 
 def cse_key(node: Node) -> tuple:

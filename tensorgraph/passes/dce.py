@@ -5,7 +5,7 @@ accepts). Preserves every output for every input, and the node order. O(n + edge
 from __future__ import annotations
 
 from tensorgraph.ir.graph import Graph
-from tensorgraph.passes.manager import PassResult
+from tensorgraph.passes.result import PassResult
 
 
 def dce(graph: Graph) -> PassResult:

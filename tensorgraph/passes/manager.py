@@ -11,35 +11,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from attrs import field, frozen
-
 from tensorgraph.errors import GraphError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.verify import verify
+from tensorgraph.passes.cse import cse
+from tensorgraph.passes.dce import dce
+from tensorgraph.passes.reinplace import reinplace
+from tensorgraph.passes.result import PassResult
+from tensorgraph.passes.view_alias import view_alias
 from tensorgraph.planner.buffers import lower_bound
 from tensorgraph.planner.liveness import analyze
 
 STATS_ALIGNMENT = 64  # the lower bound reported per pass, at the default plan alignment
 
 
-@frozen
-class PassResult:
-    """A pass's output graph (the input object itself when nothing changed) and counters."""
-
-    graph: Graph
-    stats: dict[str, int] = field(factory=dict)
-
-
-def _passes() -> dict[str, Callable[[Graph], PassResult]]:
-    from tensorgraph.passes.cse import cse
-    from tensorgraph.passes.dce import dce
-    from tensorgraph.passes.reinplace import reinplace
-    from tensorgraph.passes.view_alias import view_alias
-
-    return {"dce": dce, "cse": cse, "view_alias": view_alias, "reinplace": reinplace}
-
-
-PASSES: dict[str, Callable[[Graph], PassResult]] = {}
+PASSES: dict[str, Callable[[Graph], PassResult]] = {
+    "dce": dce,
+    "cse": cse,
+    "view_alias": view_alias,
+    "reinplace": reinplace,
+}
 
 
 def _bound(graph: Graph) -> int:
@@ -66,8 +57,6 @@ def run_passes(
     """Run the passes `names` in order on `graph`; return the result, per-pass stats and
     scheduling stats. The scheduler (`schedule` != "program") runs just before reinplace,
     or last when reinplace is off. GraphError names an unknown pass or schedule."""
-    if not PASSES:
-        PASSES.update(_passes())
     unknown = [n for n in names if n not in PASSES]
     if unknown:
         raise GraphError(f"unknown pass(es) {unknown}; known passes: {', '.join(PASSES)}")

@@ -28,7 +28,7 @@ from __future__ import annotations
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, evolve
 from tensorgraph.ir.ops import INPLACE_ATTR, OPS
-from tensorgraph.passes.manager import PassResult
+from tensorgraph.passes.result import PassResult
 from tensorgraph.planner.liveness import Liveness, analyze
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import evolve
 from tensorgraph.ir.ops import VIEW_ATTR, view_offset
-from tensorgraph.passes.manager import PassResult
+from tensorgraph.passes.result import PassResult
 
 
 def view_alias(graph: Graph) -> PassResult:

@@ -73,9 +73,8 @@ def _compare(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Kernel:
 
 
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind in "iu":
-        if np.any(b < 0):
-            raise RunError("pow: integer base with a negative integer exponent")
+    if a.dtype.kind in "iu" and np.any(b < 0):
+        raise RunError("pow: integer base with a negative integer exponent")
     return np.power(a, b)
 
 

@@ -1,0 +1,184 @@
+"""Hypothesis strategies for the whole suite: random valid graphs and their feeds.
+
+Graphs mix broadcasting binaries, unaries, comparisons feeding `where`, views (reshape,
+axis-0 narrow, same-dtype cast), copies (transpose, other-axis narrow), reductions,
+softmax, matmul, concatenation and slice updates, with 1-3 outputs that may repeat or
+be an input or a view: the planner's edge cases. Values stay finite: every producer of
+large values is squashed (exp only of tanh'd values), so oracles compare exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+import tensorgraph as tg
+
+SAFE_UNARY = (tg.negative, tg.abs, tg.tanh, tg.sigmoid, tg.relu, tg.silu, tg.gelu, tg.square)
+
+
+def shapes(max_rank: int = 3, max_dim: int = 5) -> st.SearchStrategy[tuple[int, ...]]:
+    return st.lists(st.integers(1, max_dim), min_size=1, max_size=max_rank).map(tuple)
+
+
+def _pick(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
+    return draw(st.sampled_from(live))
+
+
+def _unary(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
+    x = _pick(draw, live)
+    choice = draw(st.integers(0, len(SAFE_UNARY) + 2))
+    if choice == len(SAFE_UNARY):
+        return tg.exp(tg.tanh(x))
+    if choice == len(SAFE_UNARY) + 1:
+        return tg.log(tg.abs(x) + 1.0)
+    if choice == len(SAFE_UNARY) + 2:
+        return tg.sqrt(tg.square(x) + 0.5)
+    return tg.tanh(SAFE_UNARY[choice](x)) if choice == 7 else SAFE_UNARY[choice](x)
+
+
+def _broadcastable(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape that broadcasts against `shape`: a suffix, with some dims set to 1."""
+    suffix = shape[draw(st.integers(0, len(shape) - 1)) :] if shape else ()
+    return tuple(1 if draw(st.booleans()) else d for d in suffix)
+
+
+def _binary(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
+    a = _pick(draw, live)
+    op = draw(st.sampled_from((tg.add, tg.subtract, tg.multiply, tg.maximum, tg.minimum)))
+    partners = [t for t in live if t.shape == a.shape]
+    kind = draw(st.integers(0, 2))
+    if kind == 0:
+        b = draw(st.sampled_from(partners))
+    elif kind == 1:
+        b = draw(st.floats(-2, 2, allow_nan=False, width=32))
+    else:
+        shape = _broadcastable(draw, a.shape)
+        b = tg.tanh(_reshaped(a.graph, live, shape, draw))
+    if draw(st.booleans()):
+        a, b = b, a
+    result = op(a, b)
+    return tg.tanh(result) if op is tg.multiply else result
+
+
+def _reshaped(graph: tg.Graph, live: list[tg.Tensor], shape: tuple[int, ...],
+              draw: st.DrawFn) -> tg.Tensor:
+    """Some live tensor brought to `shape` (sum over all axes, then broadcast)."""
+    source = _pick(draw, live)
+    total = tg.tanh(source.sum(keepdims=False))
+    return tg.broadcast_to(total, shape) if shape else total
+
+
+def _where(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
+    a = _pick(draw, live)
+    b = draw(st.sampled_from([t for t in live if t.shape == a.shape]))
+    compare = draw(st.sampled_from((tg.less, tg.greater_equal, tg.equal, tg.not_equal)))
+    return tg.where(compare(a, b), a, b)
+
+
+def _view(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
+    x = _pick(draw, live)
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return x.reshape(-1)
+    if kind == 1 and x.shape[0] > 1:
+        start = draw(st.integers(0, x.shape[0] - 1))
+        length = draw(st.integers(1, x.shape[0] - start))
+        return x[start : start + length]
+    if kind == 2:
+        return x.astype(tg.float32)
+    axis = draw(st.integers(0, x.ndim - 1))
+    if x.shape[axis] > 1:
+        return tg.narrow(x, axis, 1, x.shape[axis] - 1)
+    return x.reshape((*x.shape, 1))
+
+
+def _layout(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
+    x = _pick(draw, live)
+    kind = draw(st.integers(0, 2))
+    if kind == 0:
+        return x.T
+    if kind == 1:
+        other = draw(st.sampled_from(live))
+        if other.ndim == x.ndim and other.shape[1:] == x.shape[1:]:
+            return tg.concatenate([x, other], axis=0)
+        return tg.concatenate([x, x], axis=-1)
+    update = tg.tanh(x[:1])
+    return tg.slice_update(x, update, 0, draw(st.integers(0, x.shape[0] - 1)))
+
+
+def _reduce(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
+    x = _pick(draw, live)
+    axis = draw(st.integers(-x.ndim, x.ndim - 1))
+    kind = draw(st.integers(0, 3))
+    keepdims = draw(st.booleans())
+    if kind == 0:
+        return tg.tanh(x.sum(axis, keepdims))
+    if kind == 1:
+        return x.mean(axis, keepdims)
+    if kind == 2:
+        return x.max(axis, keepdims)
+    return tg.softmax(x, axis)
+
+
+def _matmul(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
+    a = _pick(draw, live)
+    partners = [t for t in live if t.ndim >= 1 and t.shape[0] == a.shape[-1]]
+    if partners and a.ndim >= 1:
+        b = draw(st.sampled_from(partners))
+        if b.ndim <= 2:
+            return tg.tanh(a @ b)
+    return tg.tanh(a @ a.T) if a.ndim == 2 else _unary(draw, live)
+
+
+BUILDERS = (_unary, _unary, _binary, _binary, _where, _view, _view, _layout, _reduce, _matmul)
+
+
+@st.composite
+def graphs(draw: st.DrawFn, max_ops: int = 12) -> tg.Graph:
+    """Valid random graphs (see the module docstring)."""
+    g = tg.Graph("random")
+    shape = draw(shapes())
+    live = [g.input(f"x{i}", shape, tg.float32) for i in range(draw(st.integers(1, 3)))]
+    if draw(st.booleans()):
+        live.append(g.param("w", shape, tg.float32))
+    for _ in range(draw(st.integers(1, max_ops))):
+        made = draw(st.sampled_from(BUILDERS))(draw, live)
+        live.append(made.reshape(1) if made.ndim == 0 else made)  # builders need rank >= 1
+    for t in draw(st.lists(st.sampled_from(live), min_size=1, max_size=3)):
+        g.output(t)
+    return g
+
+
+@st.composite
+def chains(draw: st.DrawFn, max_layers: int = 12) -> tg.Graph:
+    """DNN-like graphs: a long elementwise/matmul chain with residual skip connections."""
+    g = tg.Graph("chain")
+    width = draw(st.integers(2, 8))
+    x = g.input("x", (4, width), tg.float32)
+    h, skips = x, [x]
+    for layer in range(draw(st.integers(1, max_layers))):
+        kind = draw(st.integers(0, 3))
+        if kind == 0:
+            h = tg.tanh(h @ g.param(f"w{layer}", (width, width), tg.float32))
+        elif kind == 1:
+            h = h + draw(st.sampled_from(skips))
+        elif kind == 2:
+            h = tg.silu(h) * 0.5
+        else:
+            h = tg.softmax(h, axis=-1)
+        skips.append(h)
+    g.output(h)
+    return g
+
+
+def feeds(graph: tg.Graph, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Random inputs and params in [-2, 2] matching `graph`'s declarations."""
+    rng = np.random.default_rng(seed)
+
+    def value(node: object) -> np.ndarray:
+        return rng.uniform(-2, 2, node.shape).astype(node.dtype.to_numpy())
+
+    inputs = {n.name: value(n) for n in graph.nodes if n.op == "input"}
+    params = {n.name: value(n) for n in graph.nodes if n.op == "param"}
+    return inputs, params
