@@ -42,6 +42,7 @@ class Program:
         self.plan = plan
         self.stats = stats
         self.schedule_stats = schedule_stats or {}
+        self.backend_cache: dict[str, object] = {}  # per-backend artefacts (MLX traces)
 
     @property
     def schedule(self) -> tuple[int, ...]:
@@ -67,7 +68,7 @@ class Program:
 
             return run_arena(self.graph, self.plan, inputs, params, **options)
         if backend == "mlx":
-            from tensorgraph.codegen_mlx.executor import run_mlx
+            from tensorgraph.codegen_mlx import run_mlx
 
             return run_mlx(self, inputs, params, **options)
         raise RunError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
