@@ -1,0 +1,161 @@
+"""Composite layers written with the builder: each emits primitive ops only.
+
+Conventions: activations are row-major with features last; `linear` weights are stored
+(in_features, out_features) so `x @ w` needs no transpose node (a transposed weight is a
+weight-only computation every layer would repeat); attention tensors are
+(batch, heads, seq, head_dim). Rotary tables and causal masks are built the way a naive
+exporter emits them, from arange/cos/sin/comparisons, so a decoder that rebuilds them
+per layer gives CSE real work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from tensorgraph.ir import builder as tg
+from tensorgraph.ir.builder import Tensor
+from tensorgraph.ir.dtypes import DType, float32
+from tensorgraph.ir.graph import Graph
+
+# A large finite negative instead of -inf: exp() of it is exactly 0 in float32 and every
+# backend agrees bit for bit, while -inf rows would turn into NaN if a row were all masked.
+MASK_VALUE = -1e9
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`x @ weight (+ bias)` with weight (in_features, out_features)."""
+    y = x @ weight
+    return y + bias if bias is not None else y
+
+
+def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
+    """Normalise over the last axis to zero mean and unit variance, then scale and shift."""
+    mean = x.mean(-1, keepdims=True)
+    centred = x - mean
+    var = tg.square(centred).mean(-1, keepdims=True)
+    y = centred * tg.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight
+    return y + bias if bias is not None else y
+
+
+def rms_norm(x: Tensor, weight: Tensor | None, eps: float = 1e-5) -> Tensor:
+    """`x * rsqrt(mean(x**2, last axis) + eps) * weight` (MLX's `fast.rms_norm`)."""
+    y = x * tg.rsqrt(tg.square(x).mean(-1, keepdims=True) + eps)
+    return y * weight if weight is not None else y
+
+
+def rotary_tables(
+    graph: Graph,
+    seq_len: int,
+    head_dim: int,
+    base: float = 10000.0,
+    dtype: DType = float32,
+    offset: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """(cos, sin), each (seq_len, head_dim): angle[p, i] = (p + offset) * base^(-2(i mod
+    half)/head_dim), the half-split layout `apply_rotary` expects."""
+    half = head_dim // 2
+    exponents = tg.arange(graph, 0, half, dtype=float32) * (-2.0 * math.log(base) / head_dim)
+    inv_freq = tg.exp(exponents)
+    positions = tg.arange(graph, offset, offset + seq_len, dtype=float32)
+    angles = positions.reshape(seq_len, 1) * inv_freq.reshape(1, half)
+    angles = tg.concatenate([angles, angles], axis=-1)
+    return tg.cos(angles).astype(dtype), tg.sin(angles).astype(dtype)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """concat(-x2, x1) over the last axis, where x1, x2 are its two halves."""
+    half = x.shape[-1] // 2
+    first = tg.narrow(x, -1, 0, half)
+    second = tg.narrow(x, -1, half, half)
+    return tg.concatenate([-second, first], axis=-1)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary position embedding of x (..., seq, head_dim): x*cos + rotate_half(x)*sin."""
+    return x * cos + rotate_half(x) * sin
+
+
+def causal_mask(
+    graph: Graph, seq_len: int, dtype: DType = float32, kv_len: int | None = None, offset: int = 0
+) -> Tensor:
+    """(seq_len, kv_len) additive mask: 0 where key position <= query position + offset,
+    MASK_VALUE elsewhere."""
+    kv_len = seq_len if kv_len is None else kv_len
+    rows = tg.arange(graph, offset, offset + seq_len).reshape(seq_len, 1)
+    cols = tg.arange(graph, 0, kv_len).reshape(1, kv_len)
+    zero = tg.zeros(graph, (seq_len, kv_len), dtype)
+    return tg.where(cols <= rows, zero, tg.full(graph, (seq_len, kv_len), MASK_VALUE, dtype))
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(d) + mask) v over (batch, heads, seq, head_dim) tensors."""
+    scores = (q @ tg.swapaxes(k, -1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    if mask is not None:
+        scores = scores + mask
+    return tg.softmax(scores, axis=-1) @ v
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """(batch, seq, dim) -> (batch, heads, seq, dim / heads)."""
+    batch, seq, dim = x.shape
+    return tg.transpose(x.reshape(batch, seq, n_heads, dim // n_heads), (0, 2, 1, 3))
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(batch, heads, seq, head_dim) -> (batch, seq, heads * head_dim)."""
+    batch, heads, seq, head_dim = x.shape
+    return tg.transpose(x, (0, 2, 1, 3)).reshape(batch, seq, heads * head_dim)
+
+
+def causal_attention(
+    x: Tensor,
+    wq: Tensor,
+    wk: Tensor,
+    wv: Tensor,
+    wo: Tensor,
+    n_heads: int,
+    cos: Tensor | None,
+    sin: Tensor | None,
+    mask: Tensor | None,
+) -> Tensor:
+    """Multi-head self-attention on x (batch, seq, dim), rotary on q and k when tables
+    are given, then the output projection."""
+    q, k, v = (split_heads(x @ w, n_heads) for w in (wq, wk, wv))
+    if cos is not None and sin is not None:
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    return merge_heads(attention(q, k, v, mask)) @ wo
+
+
+def swiglu_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
+    """(silu(x @ w_gate) * (x @ w_up)) @ w_down."""
+    return (tg.silu(x @ w_gate) * (x @ w_up)) @ w_down
+
+
+def llama_block(
+    x: Tensor,
+    params: Mapping[str, Tensor],
+    n_heads: int,
+    cos: Tensor,
+    sin: Tensor,
+    mask: Tensor,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Pre-norm decoder block: h = x + attn(rms_norm(x)); h + mlp(rms_norm(h)).
+
+    `params` keys: attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down."""
+    p = params
+    h = x + causal_attention(
+        rms_norm(x, p["attn_norm"], eps),
+        p["wq"],
+        p["wk"],
+        p["wv"],
+        p["wo"],
+        n_heads,
+        cos,
+        sin,
+        mask,
+    )
+    return h + swiglu_mlp(rms_norm(h, p["mlp_norm"], eps), p["w_gate"], p["w_up"], p["w_down"])
