@@ -91,7 +91,8 @@ def _summary(prog: Program, alignment: int) -> str:
         )
     lines += [
         f"  buffers          {len(buffers)}",
-        f"  arena            {plan.arena_size:>12,} B  {_human(plan.arena_size)} ({plan.algorithm})",
+        f"  arena            {plan.arena_size:>12,} B  {_human(plan.arena_size)} "
+        f"({plan.algorithm})",
         f"  lower bound      {plan.lower_bound:>12,} B  ratio {plan.ratio:.3f}",
         f"  naive            {naive:>12,} B  {naive / max(plan.arena_size, 1):.2f}x arena",
         f"  greedy_size      {greedy:>12,} B  {greedy / max(plan.arena_size, 1):.3f}x arena",
