@@ -61,8 +61,9 @@ def _binary(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
     return tg.tanh(result) if op is tg.multiply else result
 
 
-def _reshaped(graph: tg.Graph, live: list[tg.Tensor], shape: tuple[int, ...],
-              draw: st.DrawFn) -> tg.Tensor:
+def _reshaped(
+    graph: tg.Graph, live: list[tg.Tensor], shape: tuple[int, ...], draw: st.DrawFn
+) -> tg.Tensor:
     """Some live tensor brought to `shape` (sum over all axes, then broadcast)."""
     source = _pick(draw, live)
     total = tg.tanh(source.sum(keepdims=False))

@@ -206,7 +206,7 @@ def _graph_of(*values: object) -> Graph:
 
 
 def _emit(op: str, inputs: Sequence[Tensor], graph: Graph | None = None, **attrs: object) -> Tensor:
-    graph = graph or _graph_of(*inputs)
+    graph = graph if graph is not None else _graph_of(*inputs)
     for t in inputs:
         if not isinstance(t, Tensor):
             raise GraphError(f"{op}: expected a Tensor but got {t!r}")

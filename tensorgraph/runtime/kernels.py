@@ -56,7 +56,7 @@ def _gelu(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     if node.attr("approximate") == "tanh":
         return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     wide = x.astype(np.float64)
-    return 0.5 * wide * (1 + _erf(wide / math.sqrt(2)).astype(np.float64))
+    return 0.5 * wide * (1 + np.asarray(_erf(wide / math.sqrt(2)), dtype=np.float64))
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
