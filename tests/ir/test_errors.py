@@ -49,7 +49,7 @@ def test_graph_errors() -> None:
     x = g.input("x", (2,))
     with pytest.raises(tg.GraphError, match="unknown op 'nope'"):
         g.add("nope", [x.id])
-    with pytest.raises(tg.GraphError, match="'other'.*'g'|different graphs"):
+    with pytest.raises(tg.GraphError, match=r"different graphs"):
         _ = x + other.input("y", (2,))
     with pytest.raises(tg.GraphError, match="duplicate name 'x'"):
         g.input("x", (3,))

@@ -17,7 +17,7 @@ def test_verifier_accepts_built_graphs(graph: tg.Graph) -> None:
 
 @given(graphs())
 def test_json_round_trip_is_exact(graph: tg.Graph) -> None:
-    inputs, params = feeds(graph)
+    _inputs, params = feeds(graph)
     if params:
         graph.bind("w", params["w"])
     again = tg.Graph.from_json(graph.to_json())
@@ -49,7 +49,7 @@ def test_constant_payloads_round_trip() -> None:
     g.output(x + g.constant(np.array([1.5, -2.0, 3.25]), tg.bfloat16), x * 2)
     again = tg.Graph.from_json(g.to_json())
     assert again == g
-    const = [n for n in again.nodes if n.op == "constant"][0]
+    const = next(n for n in again.nodes if n.op == "constant")
     assert isinstance(const.attr("value"), bytes)
 
 

@@ -277,7 +277,7 @@ def test_generators() -> None:
 
 def naive_conv2d(x, w, stride, padding, dilation, groups):
     """A direct loop: the independent oracle for conv2d."""
-    n, c, h, wd = x.shape
+    n, _c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
