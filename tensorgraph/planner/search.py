@@ -37,6 +37,7 @@ from attrs import frozen
 from tensorgraph.planner.buffers import Assignment, Buffer, align_up, lower_bound
 
 HEURISTICS = ("WAT", "TAW", "TWA")
+PLACED = 1 << 62  # the min offset recorded for a placed buffer: above every floor
 
 
 @frozen
@@ -176,22 +177,26 @@ class _Problem:
         top = off + self.size[b]
         self.offset[b] = off
         min_offset, offset = self.min_offset, self.offset
-        offset_changes = []
-        affected: set[int] = set()
-        for o in self.overlaps[b]:
-            if offset[o] < 0 and min_offset[o] < top:
-                offset_changes.append((o, min_offset[o]))
-                min_offset[o] = align_up(top, self.alignment)
-                affected.update(range(self.lo[o], self.hi[o]))
+        own_min = min_offset[b]
+        min_offset[b] = PLACED  # placed buffers never lower a section's floor below
         floor, total = self.floor, self.total
         b_lo, b_hi = self.lo[b], self.hi[b]
         saved_floor = floor[b_lo:b_hi].copy()
         floor[b_lo:b_hi] = top
         total[b_lo:b_hi] -= self.size[b]
+        offset_changes = []
+        affected: set[int] = set()
+        raised = align_up(top, self.alignment)
+        for o in self.overlaps[b]:
+            if offset[o] < 0 and min_offset[o] < top:
+                offset_changes.append((o, min_offset[o]))
+                min_offset[o] = raised
+                affected.update(range(self.lo[o], self.hi[o]))
         floor_changes = []
+        at = min_offset.__getitem__
         for s in affected:
-            lowest = min((min_offset[o] for o in self.in_section[s] if offset[o] < 0), default=None)
-            if lowest is not None and floor[s] < lowest:
+            lowest = min(map(at, self.in_section[s]))
+            if lowest != PLACED and floor[s] < lowest:
                 floor_changes.append((s, int(floor[s])))
                 floor[s] = lowest
         found = False
@@ -204,6 +209,7 @@ class _Problem:
         total[b_lo:b_hi] += self.size[b]
         for o, value in reversed(offset_changes):
             min_offset[o] = value
+        min_offset[b] = own_min
         if not found:
             offset[b] = -1
         return found
