@@ -21,13 +21,13 @@ def test_overlap_names_both_buffers() -> None:
 
 
 def test_misaligned_outside_and_missing() -> None:
-    with pytest.raises(PlanError, match="buffer 'b'.*not aligned to 64"):
+    with pytest.raises(PlanError, match=r"buffer 'b'.*not aligned to 64"):
         verify_assignment(BUFFERS, Assignment({"a": 0, "b": 100, "c": 0}, 150), alignment=64)
-    with pytest.raises(PlanError, match="buffer 'b'.*outside the arena of 149"):
+    with pytest.raises(PlanError, match=r"buffer 'b'.*outside the arena of 149"):
         verify_assignment(BUFFERS, Assignment({"a": 0, "b": 100, "c": 0}, 149))
     with pytest.raises(PlanError, match="buffer 'c' has no offset"):
         verify_assignment(BUFFERS, Assignment({"a": 0, "b": 100}, 150))
-    with pytest.raises(PlanError, match="buffer 'a'.*outside"):
+    with pytest.raises(PlanError, match=r"buffer 'a'.*outside"):
         verify_assignment(BUFFERS, Assignment({"a": -1, "b": 100, "c": 0}, 150))
 
 
@@ -35,5 +35,5 @@ def test_overlap_hidden_behind_a_neighbour_is_found() -> None:
     # b sits inside a's bytes while a third, small buffer lies between them by offset.
     buffers = [Buffer("big", 100, 0, 4), Buffer("small", 10, 0, 4), Buffer("late", 10, 1, 2)]
     broken = Assignment({"big": 0, "small": 100, "late": 50}, 110)
-    with pytest.raises(PlanError, match="'late'.*'big'|'big'.*'late'"):
+    with pytest.raises(PlanError, match=r"'late'.*'big'|'big'.*'late'"):
         verify_assignment(buffers, broken)
