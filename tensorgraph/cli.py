@@ -245,7 +245,7 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("model")
         sub.add_argument("--config", nargs="*", default=[], metavar="K=V")
         sub.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="best")
-        sub.add_argument("--schedule", choices=STRATEGIES, default="program")
+        sub.add_argument("--schedule", choices=STRATEGIES, default="best")
         sub.add_argument(
             "--no",
             action="append",

@@ -92,7 +92,7 @@ def compile(
     planner: str = "best",
     alignment: int = 64,
     *,
-    schedule: str = "program",
+    schedule: str = "best",
     debug: bool | None = None,
     time_budget: float | None = None,
     params_in_arena: bool = False,
@@ -100,6 +100,9 @@ def compile(
 ) -> Program:
     """Run `passes` (names, in order), then plan memory with algorithm `planner`.
 
+    `schedule` picks the execution order ("program", "greedy", "subtree", or "best",
+    which keeps the order with the lowest peak and is never worse than "program"); it
+    runs just before reinplace, whose decisions depend on the order.
     `alignment` (bytes) applies to every buffer offset; `params_in_arena` plans params and
     constants inside the arena instead of a separate constant segment; `tail_guard` adds
     that many bytes after every boundary buffer. Raises GraphError on an unknown pass or

@@ -180,7 +180,8 @@ def greedy_order(graph: Graph) -> tuple[int, ...]:
         node = graph.node(node_id)
         done.add(node_id)
         order.append(node_id)
-        for r in dict.fromkeys(facts.root[i] for i in node.inputs):
+        reads = () if node.attr(VIEW_ATTR, False) else node.inputs  # a view reads nothing
+        for r in dict.fromkeys(facts.root[i] for i in reads):
             pending[r] -= 1
             if pending[r] == 1:  # its last reader now frees it: re-score that reader
                 (last,) = [u for u in facts.readers[r] if u not in done]
@@ -241,7 +242,7 @@ def _moves(graph: Graph, order: tuple[int, ...], alignment: int) -> list[tuple[i
     producer to just before its first reader, and hoist its last reader to just after
     that reader's latest input. Largest buffers first."""
     live = analyze(reorder(graph, order))
-    peak_step = max(range(len(order)), key=lambda s: sum(b.size for b in live.live_at(s)))
+    peak_step = live.peak_step()
     position = {node_id: step for step, node_id in enumerate(order)}
     users = graph.users()
     moves = []
