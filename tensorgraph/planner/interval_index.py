@@ -1,11 +1,12 @@
 """An index of placed lifetimes that answers "which placed buffers overlap this one".
 
-Time is cut into buckets of a fixed width (the median lifetime, so a typical buffer
-touches a few buckets); a placed buffer is filed under every bucket it touches, except
-buffers that touch more than `LONG` buckets, which sit in one list every query scans
-(a graph has few of them: inputs, outputs, long skip connections). A query visits the
-buckets its own lifetime touches, so placement cost follows the number of real
-neighbours in time instead of the number of buffers: no quadratic scan.
+Time is cut into fine buckets of a fixed width (the median lifetime, so a typical buffer
+touches a few) and coarse buckets of `FANOUT` fine ones. A placed buffer is filed under
+every fine bucket it touches, or, if it would touch more than `FANOUT` of them, under
+every coarse bucket it touches instead (so even a buffer alive for the whole schedule is
+filed a bounded number of times). A query visits the fine and coarse buckets its own
+lifetime touches and filters by exact overlap, so a placement costs about the number of
+real neighbours in time, not the number of buffers: no quadratic scan.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator, Sequence
 
 from tensorgraph.planner.buffers import Buffer
 
-LONG = 64
+FANOUT = 64
 
 
 class IntervalIndex:
@@ -24,37 +25,36 @@ class IntervalIndex:
         self._buffers = buffers
         durations = sorted(b.end - b.start for b in buffers) or [1]
         self._width = max(1, durations[len(durations) // 2])
-        self._buckets: dict[int, list[int]] = {}
-        self._long: list[int] = []
-
-    def _span(self, i: int) -> range:
-        b = self._buffers[i]
-        return range(b.start // self._width, (b.end - 1) // self._width + 1)
+        self._coarse_width = self._width * FANOUT
+        self._fine: dict[int, list[int]] = {}
+        self._coarse: dict[int, list[int]] = {}
 
     def add(self, i: int) -> None:
         """File placed buffer `i`."""
-        span = self._span(i)
-        if len(span) > LONG:
-            self._long.append(i)
-            return
+        b = self._buffers[i]
+        first, last = b.start // self._width, (b.end - 1) // self._width
+        if last - first < FANOUT:
+            table, span = self._fine, range(first, last + 1)
+        else:
+            width = self._coarse_width
+            table, span = self._coarse, range(b.start // width, (b.end - 1) // width + 1)
         for bucket in span:
-            self._buckets.setdefault(bucket, []).append(i)
+            table.setdefault(bucket, []).append(i)
 
     def overlapping(self, i: int) -> Iterator[int]:
         """Every placed buffer whose lifetime intersects buffer `i`'s, each once."""
         me = self._buffers[i]
         start, end = me.start, me.end
-        seen: set[int] = set()
         buffers = self._buffers
-        for j in self._long:
-            other = buffers[j]
-            if other.start < end and start < other.end:
-                yield j
-        for bucket in self._span(i):
-            for j in self._buckets.get(bucket, ()):
-                if j in seen:
-                    continue
-                seen.add(j)
-                other = buffers[j]
-                if other.start < end and start < other.end:
-                    yield j
+        seen: set[int] = set()
+        fine = range(start // self._width, (end - 1) // self._width + 1)
+        coarse = range(start // self._coarse_width, (end - 1) // self._coarse_width + 1)
+        for table, span in ((self._fine, fine), (self._coarse, coarse)):
+            for bucket in span:
+                for j in table.get(bucket, ()):
+                    if j in seen:
+                        continue
+                    seen.add(j)
+                    other = buffers[j]
+                    if other.start < end and start < other.end:
+                        yield j
