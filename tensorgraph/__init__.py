@@ -99,3 +99,11 @@ from tensorgraph.ir.dtypes import (
 from tensorgraph.ir.graph import Graph
 
 __version__ = "0.1.0"
+
+
+def from_torch(module: object, example_inputs: tuple, name: str | None = None) -> Graph:
+    """Import a PyTorch module through torch.export (needs the `torch` extra); see
+    tensorgraph.importers.torch_export."""
+    from tensorgraph.importers.torch_export import from_torch as _from_torch
+
+    return _from_torch(module, example_inputs, name)

@@ -1,0 +1,1 @@
+"""Importers from other frameworks' exported programs (torch.export needs the torch extra)."""
