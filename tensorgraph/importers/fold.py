@@ -26,8 +26,10 @@ def fold_weights(graph: Graph) -> Graph:
             static[node.id] = graph.param_values[node.name]
         elif node.op == "constant":
             static[node.id] = constant_value(node)
-        elif not OPS[node.op].boundary and OPS[node.op].pure and all(
-            i in static for i in node.inputs
+        elif (
+            not OPS[node.op].boundary
+            and OPS[node.op].pure
+            and all(i in static for i in node.inputs)
         ):
             static[node.id] = evaluate(node, [static[i] for i in node.inputs])
     needed = set(graph.outputs)

@@ -52,8 +52,10 @@ class DecoderLayer(nn.Module):
         batch, seq, dim = h.shape
         head_dim = dim // self.heads
         # Rotary tables and the causal mask, rebuilt in every layer as exported code does.
-        inv_freq = torch.exp(torch.arange(0, head_dim // 2, dtype=torch.float32)
-                             * (-2.0 * math.log(10000.0) / head_dim))
+        inv_freq = torch.exp(
+            torch.arange(0, head_dim // 2, dtype=torch.float32)
+            * (-2.0 * math.log(10000.0) / head_dim)
+        )
         angles = torch.arange(seq, dtype=torch.float32)[:, None] * inv_freq[None, :]
         angles = torch.cat([angles, angles], dim=-1)
         cos, sin = angles.cos(), angles.sin()
@@ -74,8 +76,9 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaDecoder(nn.Module):
-    def __init__(self, layers: int = 4, dim: int = 512, heads: int = 8, hidden: int = 1376,
-                 vocab: int = 1000) -> None:
+    def __init__(
+        self, layers: int = 4, dim: int = 512, heads: int = 8, hidden: int = 1376, vocab: int = 1000
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.layers = nn.ModuleList(DecoderLayer(dim, heads, hidden) for _ in range(layers))
@@ -90,8 +93,10 @@ class LlamaDecoder(nn.Module):
 
 
 def conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups,
-                                   bias=False), nn.BatchNorm2d(cout))
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout),
+    )
 
 
 class BasicBlock(nn.Module):
@@ -139,8 +144,15 @@ class InvertedResidual(nn.Module):
 
 
 class MobileNetV2(nn.Module):
-    STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-              (6, 160, 3, 2), (6, 320, 1, 1))
+    STAGES = (
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    )
 
     def __init__(self, classes: int = 1000) -> None:
         super().__init__()

@@ -26,13 +26,20 @@ from tensorgraph.ir.builder import Tensor
 try:
     import torch
 except ImportError as err:  # pragma: no cover - exercised only without torch
-    raise ImportError("tensorgraph.importers.torch_export needs torch: "
-                      "pip install 'tensorgraph[torch]'") from err
+    raise ImportError(
+        "tensorgraph.importers.torch_export needs torch: pip install 'tensorgraph[torch]'"
+    ) from err
 
 DTYPES = {
-    torch.float32: tg.float32, torch.float16: tg.float16, torch.bfloat16: tg.bfloat16,
-    torch.int64: tg.int64, torch.int32: tg.int32, torch.int16: tg.int16, torch.int8: tg.int8,
-    torch.uint8: tg.uint8, torch.bool: tg.bool_,
+    torch.float32: tg.float32,
+    torch.float16: tg.float16,
+    torch.bfloat16: tg.bfloat16,
+    torch.int64: tg.int64,
+    torch.int32: tg.int32,
+    torch.int16: tg.int16,
+    torch.int8: tg.int8,
+    torch.uint8: tg.uint8,
+    torch.bool: tg.bool_,
 }
 
 
@@ -84,8 +91,9 @@ def _linear(ctx: Context, x: Tensor, weight: Tensor, bias: Tensor | None = None)
 
 
 @handles("addmm")
-def _addmm(ctx: Context, bias: Tensor, a: Tensor, b: Tensor, beta: float = 1,
-           alpha: float = 1) -> Tensor:
+def _addmm(
+    ctx: Context, bias: Tensor, a: Tensor, b: Tensor, beta: float = 1, alpha: float = 1
+) -> Tensor:
     product = a @ b
     product = product * alpha if alpha != 1 else product
     return (bias * beta if beta != 1 else bias) + product
@@ -167,9 +175,21 @@ def _pow(ctx: Context, a: object, b: object) -> Tensor:
     return tg.power(a, b)
 
 
-UNARY = {"neg": tg.negative, "abs": tg.abs, "exp": tg.exp, "log": tg.log, "sqrt": tg.sqrt,
-         "rsqrt": tg.rsqrt, "reciprocal": tg.reciprocal, "sin": tg.sin, "cos": tg.cos,
-         "tanh": tg.tanh, "sigmoid": tg.sigmoid, "relu": tg.relu, "silu": tg.silu}
+UNARY = {
+    "neg": tg.negative,
+    "abs": tg.abs,
+    "exp": tg.exp,
+    "log": tg.log,
+    "sqrt": tg.sqrt,
+    "rsqrt": tg.rsqrt,
+    "reciprocal": tg.reciprocal,
+    "sin": tg.sin,
+    "cos": tg.cos,
+    "tanh": tg.tanh,
+    "sigmoid": tg.sigmoid,
+    "relu": tg.relu,
+    "silu": tg.silu,
+}
 for _name, _fn in UNARY.items():
     ATEN[_name] = (lambda fn: lambda ctx, x: fn(x))(_fn)
 
@@ -184,8 +204,14 @@ def _hardtanh(ctx: Context, x: Tensor, low: float = -1.0, high: float = 1.0) -> 
     return tg.clip(x, low, high)
 
 
-COMPARE = {"eq": tg.equal, "ne": tg.not_equal, "lt": tg.less, "le": tg.less_equal,
-           "gt": tg.greater, "ge": tg.greater_equal}
+COMPARE = {
+    "eq": tg.equal,
+    "ne": tg.not_equal,
+    "lt": tg.less,
+    "le": tg.less_equal,
+    "gt": tg.greater,
+    "ge": tg.greater_equal,
+}
 for _name, _fn in COMPARE.items():
     ATEN[_name] = (lambda fn: lambda ctx, a, b: fn(a, b))(_fn)
 
@@ -196,8 +222,9 @@ def _where(ctx: Context, cond: Tensor, a: object, b: object) -> Tensor:
 
 
 @handles("mean", "sum")
-def _reduce(ctx: Context, x: Tensor, dims: object = None, keepdim: bool = False,
-            dtype: object = None) -> Tensor:
+def _reduce(
+    ctx: Context, x: Tensor, dims: object = None, keepdim: bool = False, dtype: object = None
+) -> Tensor:
     fn = tg.mean if ctx.node.target.overloadpacket.__name__ == "mean" else tg.sum
     axes = _dims(x, dims)
     return fn(x, None if not axes else axes, keepdim)
@@ -224,8 +251,14 @@ def _cat(ctx: Context, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 
 
 @handles("slice")
-def _slice(ctx: Context, x: Tensor, dim: int = 0, start: int | None = None,
-           end: int | None = None, step: int = 1) -> Tensor:
+def _slice(
+    ctx: Context,
+    x: Tensor,
+    dim: int = 0,
+    start: int | None = None,
+    end: int | None = None,
+    step: int = 1,
+) -> Tensor:
     index = [slice(None)] * x.ndim
     index[dim] = slice(start, end, step)
     return x[tuple(index)]
@@ -279,26 +312,42 @@ def _bias_nchw(y: Tensor, bias: Tensor | None) -> Tensor:
 
 
 @handles("conv2d")
-def _conv2d(ctx: Context, x: Tensor, w: Tensor, bias: Tensor | None = None,
-            stride: Sequence[int] = (1, 1), padding: object = (0, 0),
-            dilation: Sequence[int] = (1, 1), groups: int = 1) -> Tensor:
+def _conv2d(
+    ctx: Context,
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None = None,
+    stride: Sequence[int] = (1, 1),
+    padding: object = (0, 0),
+    dilation: Sequence[int] = (1, 1),
+    groups: int = 1,
+) -> Tensor:
     if isinstance(padding, str):
         raise GraphError(f"{ctx.node.name}: aten.conv2d with padding={padding!r}")
-    return _bias_nchw(tg.conv2d(x, w, tuple(stride), tuple(padding), tuple(dilation), groups),
-                      bias)
+    return _bias_nchw(tg.conv2d(x, w, tuple(stride), tuple(padding), tuple(dilation), groups), bias)
 
 
 @handles("convolution")
-def _convolution(ctx: Context, x: Tensor, w: Tensor, bias: Tensor | None,
-                 stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
-                 transposed: bool, output_padding: Sequence[int], groups: int) -> Tensor:
+def _convolution(
+    ctx: Context,
+    x: Tensor,
+    w: Tensor,
+    bias: Tensor | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    output_padding: Sequence[int],
+    groups: int,
+) -> Tensor:
     if transposed or len(stride) != 2:
         raise GraphError(f"{ctx.node.name}: only 2-D, non-transposed aten.convolution")
     return _conv2d(ctx, x, w, bias, stride, padding, dilation, groups)
 
 
-def _batch_norm_inference(x: Tensor, weight: Tensor | None, bias: Tensor | None,
-                          mean: Tensor, var: Tensor, eps: float) -> Tensor:
+def _batch_norm_inference(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, var: Tensor, eps: float
+) -> Tensor:
     """x * scale + shift with scale = weight / sqrt(var + eps), shift = bias - mean * scale
     (per channel, axis 1): weight-only terms that folding turns into two params."""
     scale = tg.rsqrt(var + eps)
@@ -310,17 +359,34 @@ def _batch_norm_inference(x: Tensor, weight: Tensor | None, bias: Tensor | None,
 
 
 @handles("batch_norm")
-def _batch_norm(ctx: Context, x: Tensor, weight: Tensor | None, bias: Tensor | None,
-                mean: Tensor, var: Tensor, training: bool, momentum: float, eps: float,
-                *args: object) -> Tensor:
+def _batch_norm(
+    ctx: Context,
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    mean: Tensor,
+    var: Tensor,
+    training: bool,
+    momentum: float,
+    eps: float,
+    *args: object,
+) -> Tensor:
     if training:
         raise GraphError(f"{ctx.node.name}: batch_norm in training mode (call .eval() first)")
     return _batch_norm_inference(x, weight, bias, mean, var, eps)
 
 
 @handles("_native_batch_norm_legit_no_training")
-def _native_batch_norm(ctx: Context, x: Tensor, weight: Tensor | None, bias: Tensor | None,
-                       mean: Tensor, var: Tensor, momentum: float, eps: float) -> tuple:
+def _native_batch_norm(
+    ctx: Context,
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    mean: Tensor,
+    var: Tensor,
+    momentum: float,
+    eps: float,
+) -> tuple:
     return (_batch_norm_inference(x, weight, bias, mean, var, eps), None, None)
 
 
@@ -331,30 +397,53 @@ def _adaptive_avg_pool2d(ctx: Context, x: Tensor, output_size: Sequence[int]) ->
     if (oh, ow) == (1, 1):
         return x.mean(axis=(2, 3), keepdims=True)
     if h % oh or w % ow:
-        raise GraphError(f"{ctx.node.name}: adaptive_avg_pool2d {h}x{w} -> {oh}x{ow} "
-                         "needs divisible sizes")
+        raise GraphError(
+            f"{ctx.node.name}: adaptive_avg_pool2d {h}x{w} -> {oh}x{ow} needs divisible sizes"
+        )
     return tg.avg_pool2d(x, (h // oh, w // ow))
 
 
 @handles("max_pool2d", "max_pool2d_with_indices")
-def _max_pool2d(ctx: Context, x: Tensor, kernel: Sequence[int], stride: Sequence[int] = (),
-                padding: object = 0, dilation: object = 1, ceil_mode: bool = False) -> object:
+def _max_pool2d(
+    ctx: Context,
+    x: Tensor,
+    kernel: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: object = 0,
+    dilation: object = 1,
+    ceil_mode: bool = False,
+) -> object:
     if ceil_mode or dilation not in (1, [1, 1], (1, 1)):
         raise GraphError(f"{ctx.node.name}: max_pool2d with ceil_mode or dilation")
-    y = tg.max_pool2d(x, tuple(kernel), tuple(stride) or None,
-                      padding if isinstance(padding, int) else tuple(padding))
+    y = tg.max_pool2d(
+        x,
+        tuple(kernel),
+        tuple(stride) or None,
+        padding if isinstance(padding, int) else tuple(padding),
+    )
     return (y, None) if ctx.node.target.overloadpacket.__name__.endswith("indices") else y
 
 
 @handles("avg_pool2d")
-def _avg_pool2d(ctx: Context, x: Tensor, kernel: Sequence[int], stride: Sequence[int] = (),
-                padding: object = 0, ceil_mode: bool = False,
-                count_include_pad: bool = True, divisor_override: object = None) -> Tensor:
+def _avg_pool2d(
+    ctx: Context,
+    x: Tensor,
+    kernel: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: object = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: object = None,
+) -> Tensor:
     if ceil_mode or divisor_override is not None:
         raise GraphError(f"{ctx.node.name}: avg_pool2d with ceil_mode or divisor_override")
-    return tg.avg_pool2d(x, tuple(kernel), tuple(stride) or None,
-                         padding if isinstance(padding, int) else tuple(padding),
-                         count_include_pad)
+    return tg.avg_pool2d(
+        x,
+        tuple(kernel),
+        tuple(stride) or None,
+        padding if isinstance(padding, int) else tuple(padding),
+        count_include_pad,
+    )
 
 
 def _op_name(target: object) -> str:
@@ -372,8 +461,9 @@ def from_exported(program: torch.export.ExportedProgram, name: str = "torch") ->
             if op not in ATEN and op != "getitem":
                 unsupported.setdefault(f"aten.{op}", []).append(node.name)
     if unsupported:
-        listing = "; ".join(f"{op} (nodes {', '.join(nodes)})"
-                            for op, nodes in sorted(unsupported.items()))
+        listing = "; ".join(
+            f"{op} (nodes {', '.join(nodes)})" for op, nodes in sorted(unsupported.items())
+        )
         raise GraphError(f"unsupported ATen op(s) in {name!r}: {listing}")
     graph = tg.Graph(name)
     ctx = Context(graph)
@@ -390,12 +480,16 @@ def from_exported(program: torch.export.ExportedProgram, name: str = "torch") ->
                 values[node.name] = graph.input(node.name, shape, dtype)
             else:
                 array = state[spec.target].detach().cpu().contiguous().numpy()
-                values[node.name] = graph.param(spec.target, shape, dtype,
-                                                np.array(array, dtype.to_numpy()))
+                values[node.name] = graph.param(
+                    spec.target, shape, dtype, np.array(array, dtype.to_numpy())
+                )
         elif node.op == "call_function":
             args = _map(node.args, values)
-            kwargs = {k: _map(v, values) for k, v in node.kwargs.items()
-                      if k not in ("device", "layout", "pin_memory", "memory_format")}
+            kwargs = {
+                k: _map(v, values)
+                for k, v in node.kwargs.items()
+                if k not in ("device", "layout", "pin_memory", "memory_format")
+            }
             if _op_name(node.target) == "getitem":
                 values[node.name] = args[0][args[1]]
                 continue
@@ -403,8 +497,11 @@ def from_exported(program: torch.export.ExportedProgram, name: str = "torch") ->
             values[node.name] = ATEN[_op_name(node.target)](ctx, *args, **kwargs)
         elif node.op == "output":
             outputs = node.args[0]
-            user = [spec for spec in program.graph_signature.output_specs
-                    if spec.kind.name == "USER_OUTPUT"]
+            user = [
+                spec
+                for spec in program.graph_signature.output_specs
+                if spec.kind.name == "USER_OUTPUT"
+            ]
             names = {spec.arg.name for spec in user}
             for out in outputs:
                 if out is not None and out.name in names:
@@ -422,8 +519,7 @@ def _map(value: object, values: dict[str, object]) -> object:
     return value
 
 
-def from_torch(module: torch.nn.Module, example_inputs: tuple, name: str | None = None
-               ) -> tg.Graph:
+def from_torch(module: torch.nn.Module, example_inputs: tuple, name: str | None = None) -> tg.Graph:
     """Export `module` on `example_inputs` with torch.export and import the program."""
     program = torch.export.export(module, tuple(example_inputs))
     return from_exported(program, name or type(module).__name__.lower())
