@@ -227,7 +227,7 @@ def _reduce(
 ) -> Tensor:
     fn = tg.mean if ctx.node.target.overloadpacket.__name__ == "mean" else tg.sum
     axes = _dims(x, dims)
-    return fn(x, None if not axes else axes, keepdim)
+    return fn(x, axes or None, keepdim)
 
 
 @handles("amax")
