@@ -275,7 +275,7 @@ def _select(ctx: Context, x: Tensor, dim: int, index: int) -> Tensor:
 def _arange(ctx: Context, *args: object, **kwargs: object) -> Tensor:
     numbers = [a for a in args if isinstance(a, int | float)]
     start, end, step = (0, numbers[0], 1) if len(numbers) == 1 else (*numbers, 1)[:3]
-    return tg.arange(ctx.graph, start, end, step, ctx.out_dtype)
+    return tg.arange(ctx.graph, start, end, step, dtype=ctx.out_dtype)
 
 
 @handles("full")

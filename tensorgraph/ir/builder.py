@@ -16,7 +16,7 @@ import numpy as np
 
 from tensorgraph.errors import GraphError
 from tensorgraph.ir.dtypes import DType, as_dtype, promote_types, scalar_dtype
-from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.graph import Graph, current_graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.shapes import normalize_axes, normalize_axis, resolve_reshape
 
@@ -552,25 +552,41 @@ def slice_update(target: Tensor, update: Tensor, axis: int, start: int) -> Tenso
 # ---------------------------------------------------------------- generators
 
 
-def arange(
-    graph: Graph,
-    start: float,
-    stop: float | None = None,
-    step: float = 1,
-    dtype: DType | str | None = None,
-) -> Tensor:
-    """[start, stop) in `step`s (one argument means [0, start)), as mlx.core.arange."""
-    if stop is None:
-        start, stop = 0, start
+def _generator_args(args: tuple, graph: Graph | None, op: str) -> tuple[Graph, tuple]:
+    """Generators have no tensor operand to name their graph: take it from a leading
+    Graph argument, the `graph=` keyword, or the innermost `with graph:` block."""
+    if args and isinstance(args[0], Graph):
+        graph, args = args[0], args[1:]
+    graph = graph if graph is not None else current_graph()
+    if graph is None:
+        raise GraphError(
+            f"{op} needs a graph: pass it first, as graph=, or build inside `with graph:`"
+        )
+    return graph, args
+
+
+def arange(*args: float, dtype: DType | str | None = None, graph: Graph | None = None) -> Tensor:
+    """`arange([graph,] start, stop=None, step=1, dtype=None)`: [start, stop) in `step`s
+    (one number means [0, start)), as mlx.core.arange; int32 when all are ints."""
+    graph, numbers = _generator_args(args, graph, "arange")
+    if not 1 <= len(numbers) <= 3:
+        raise GraphError(f"arange takes 1 to 3 numbers but got {len(numbers)}")
+    start, stop, step = (0, numbers[0], 1) if len(numbers) == 1 else (*numbers, 1)[:3]
     if dtype is None:
         is_int = all(isinstance(v, int) for v in (start, stop, step))
         dtype = "int32" if is_int else "float32"
     return _emit("arange", [], graph, start=start, stop=stop, step=step, dtype=as_dtype(dtype).name)
 
 
-def full(
-    graph: Graph, shape: Sequence[int], value: Scalar, dtype: DType | str | None = None
-) -> Tensor:
+def full(*args: object, dtype: DType | str | None = None, graph: Graph | None = None) -> Tensor:
+    """`full([graph,] shape, value, dtype=None)`, as mlx.core.full: the dtype defaults to
+    the value's (bool, int32 or float32)."""
+    graph, rest = _generator_args(args, graph, "full")
+    if len(rest) == 3 and dtype is None:
+        *rest, dtype = rest
+    if len(rest) != 2:
+        raise GraphError("full takes a shape and a value")
+    shape, value = rest
     if dtype is None:
         dtype = (
             "bool"
@@ -589,12 +605,20 @@ def full(
     )
 
 
-def zeros(graph: Graph, shape: Sequence[int], dtype: DType | str = "float32") -> Tensor:
-    return full(graph, shape, 0, dtype)
+def zeros(*args: object, dtype: DType | str = "float32", graph: Graph | None = None) -> Tensor:
+    """`zeros([graph,] shape, dtype=float32)`, as mlx.core.zeros."""
+    graph, rest = _generator_args(args, graph, "zeros")
+    if len(rest) == 2:
+        rest, dtype = rest[:1], rest[1]
+    return full(graph, rest[0], 0, dtype=dtype)
 
 
-def ones(graph: Graph, shape: Sequence[int], dtype: DType | str = "float32") -> Tensor:
-    return full(graph, shape, 1, dtype)
+def ones(*args: object, dtype: DType | str = "float32", graph: Graph | None = None) -> Tensor:
+    """`ones([graph,] shape, dtype=float32)`, as mlx.core.ones."""
+    graph, rest = _generator_args(args, graph, "ones")
+    if len(rest) == 2:
+        rest, dtype = rest[:1], rest[1]
+    return full(graph, rest[0], 1, dtype=dtype)
 
 
 # ---------------------------------------------------------------- convolution and pooling

@@ -23,6 +23,14 @@ if TYPE_CHECKING:
     from tensorgraph.ir.builder import Tensor
 
 
+_BUILDING: list[Graph] = []  # graphs entered with `with graph:`, innermost last
+
+
+def current_graph() -> Graph | None:
+    """The innermost graph opened with `with graph:`, or None."""
+    return _BUILDING[-1] if _BUILDING else None
+
+
 def label(node: Node) -> str:
     """How messages name a value: the user's name for boundary nodes, else `%id`."""
     return node.name or f"%{node.id}"
@@ -117,6 +125,14 @@ class Graph:
         return f"<Graph {self.name!r}: {len(self._nodes)} nodes, {len(self._outputs)} outputs>"
 
     # ------------------------------------------------------------ building
+
+    def __enter__(self) -> Graph:
+        """`with g:` makes `g` the graph for generators (tg.arange, tg.full, tg.zeros)."""
+        _BUILDING.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _BUILDING.remove(self)
 
     def add(
         self,

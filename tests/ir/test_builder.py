@@ -84,3 +84,26 @@ def test_bound_params_travel_with_the_graph() -> None:
     np.testing.assert_array_equal(out, [2.0, 3.0])
     with pytest.raises(tg.ShapeError, match="param 'w'"):
         g.bind("w", np.ones(3, np.float32))
+
+
+def test_generators_take_mlx_signatures_inside_a_graph_block() -> None:
+    g = tg.Graph("gen")
+    with g:
+        steps = tg.arange(0, 10, 2)
+        halves = tg.arange(3, dtype=tg.float32)
+        filled = tg.full((2, 2), 1.5)
+        blank = tg.zeros((3,), tg.int32)
+    g.output(steps, halves, filled, blank, tg.ones((2,), graph=g))
+    got = run_reference(g, {})
+    want = [
+        np.arange(0, 10, 2, dtype=np.int32),
+        np.arange(3, dtype=np.float32),
+        np.full((2, 2), 1.5, np.float32),
+        np.zeros(3, np.int32),
+        np.ones(2, np.float32),
+    ]
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(tg.GraphError, match="arange needs a graph"):
+        tg.arange(5)
