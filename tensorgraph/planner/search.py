@@ -14,7 +14,10 @@ finds a solution whenever one exists. Pruning, each sound for canonical solution
    a section's floor is the top of its placed buffers, raised to the lowest minimum
    offset of its unplaced buffers (nothing can ever sit lower);
 2. dominance: a candidate whose offset is at or above some unplaced buffer's
-   `min offset + size` would leave a gap that buffer fits in: skip it;
+   `min offset + size` would leave a gap that buffer fits in: skip it; and when a
+   placement that raised no other buffer's minimum offset fails (the buffer is
+   "hatless"), no sibling alternative is tried: putting that buffer there first loses
+   nothing, so if it fails, the node fails (MiniMalloc's hatless pruning);
 3. decomposition: when no unplaced buffer crosses a section boundary any more, the two
    sides are independent subproblems, solved one after the other.
 
@@ -159,8 +162,11 @@ class _Problem:
                 break  # dominance: every later candidate would leave a fillable gap
             if off < last_offset or (off == last_offset and r < last_rank):
                 continue  # canonical order: offsets never decrease
-            if self._place_and_search(b, off, r, ranked, rank, lo, hi, heuristic):
+            found, hatless = self._place_and_search(b, off, r, ranked, rank, lo, hi, heuristic)
+            if found:
                 return True
+            if hatless:
+                break  # b touched no other buffer: no alternative placed first can do better
         return False
 
     def _place_and_search(
@@ -212,7 +218,7 @@ class _Problem:
         min_offset[b] = own_min
         if not found:
             offset[b] = -1
-        return found
+        return found, not offset_changes
 
     def _decompose(
         self,

@@ -1,7 +1,14 @@
 """Run-time feeds: the checked value of every input and param node of a graph.
 
 Every backend calls `bind_feeds` first, so a missing, extra, mis-shaped or mistyped
-value is a RunError naming it before any op runs (never a partial result)."""
+value is a RunError naming it before any op runs (never a partial result).
+
+Typing rule: an array (anything with a dtype: ndarray, NumPy scalar, array-likes of
+other libraries) must have exactly the declared dtype; nothing is cast silently. Plain
+Python data (scalars, nested lists and tuples) has no dtype of its own and is converted
+to the declared one, unless that changes its kind (a float into an integer input, an int
+into a bool one) or overflows it.
+"""
 
 from __future__ import annotations
 
@@ -13,17 +20,40 @@ from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 
+_PYTHON_DATA = (bool, int, float, list, tuple)
+
+
+def _from_python(kind: str, name: str, value: object, expected: np.dtype) -> np.ndarray:
+    """Python data as an array of `expected` (RunError when the conversion changes it)."""
+    try:
+        natural = np.asarray(value)
+        array = np.asarray(value, dtype=expected)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise RunError(f"{kind} {name!r}: cannot convert {value!r} to {expected}: {err}") from err
+    if natural.dtype.kind not in "biuf" or (
+        natural.size and not np.can_cast(natural.dtype, expected, "same_kind")
+    ):
+        raise RunError(
+            f"{kind} {name!r}: expected dtype {expected} but got Python data of {natural.dtype}"
+        )
+    return array
+
 
 def _checked(kind: str, node: Node, value: object) -> np.ndarray:
+    """`value` for input/param `node`, checked against its declared shape and dtype."""
     expected = node.dtype.to_numpy()
     name = node.attr("name")
     if isinstance(value, np.ndarray):
         array = value
+    elif isinstance(value, _PYTHON_DATA):
+        array = _from_python(kind, name, value, expected)
     else:
         try:
-            array = np.asarray(value, dtype=expected)
+            array = np.asarray(value)
         except (TypeError, ValueError) as err:
-            raise RunError(f"{kind} {name!r}: cannot convert {type(value).__name__}") from err
+            raise RunError(
+                f"{kind} {name!r}: cannot convert {type(value).__name__} to an array"
+            ) from err
     if tuple(array.shape) != node.shape:
         raise RunError(f"{kind} {name!r}: expected shape {node.shape} but got {array.shape}")
     if array.dtype != expected:
@@ -31,26 +61,36 @@ def _checked(kind: str, node: Node, value: object) -> np.ndarray:
     return array
 
 
+def _unknown(graph: Graph, kind: str, names: list[str], known: Mapping[str, Node]) -> RunError:
+    listed = ", ".join(sorted(known)) or "none"
+    return RunError(f"graph {graph.name!r}: unknown {kind}(s) {names}; its {kind}s: {listed}")
+
+
 def bind_feeds(
     graph: Graph, inputs: Mapping[str, object], params: Mapping[str, object] | None = None
 ) -> dict[int, np.ndarray]:
-    """node id -> checked array for every input and param node. Params come from
-    `params`, else from the graph's bound values. RunError names the culprit."""
+    """node id -> checked array for every input and param node of `graph`.
+
+    Inputs come from `inputs` by name; params from `params` by name, else from the
+    graph's bound values (`graph.param_values`). A caller's ndarray is returned as is
+    (no copy): executors must not write into feeds. RunError, naming the input or param:
+    an unknown name in `inputs` or `params`, a missing input, a param neither bound nor
+    given, a shape or dtype other than the declared one (see module docstring)."""
     params = dict(params or {})
-    inputs = dict(inputs)
     input_nodes = {n.attr("name"): n for n in graph.nodes if n.op == "input"}
     param_nodes = {n.attr("name"): n for n in graph.nodes if n.op == "param"}
     extra = sorted(set(inputs) - set(input_nodes))
     if extra:
-        known = ", ".join(sorted(input_nodes)) or "none"
-        raise RunError(f"graph {graph.name!r}: unknown input(s) {extra}; its inputs: {known}")
+        raise _unknown(graph, "input", extra, input_nodes)
     extra = sorted(set(params) - set(param_nodes))
     if extra:
-        known = ", ".join(sorted(param_nodes)) or "none"
-        raise RunError(f"graph {graph.name!r}: unknown param(s) {extra}; its params: {known}")
+        raise _unknown(graph, "param", extra, param_nodes)
     missing = sorted(set(input_nodes) - set(inputs))
     if missing:
-        raise RunError(f"graph {graph.name!r}: missing input(s) {missing}")
+        wanted = ", ".join(
+            f"{name} {input_nodes[name].shape} {input_nodes[name].dtype}" for name in missing
+        )
+        raise RunError(f"graph {graph.name!r}: missing input(s) {missing}; expected {wanted}")
     values = {n.id: _checked("input", n, inputs[name]) for name, n in input_nodes.items()}
     for name, node in param_nodes.items():
         if name in params:
@@ -58,5 +98,8 @@ def bind_feeds(
         elif name in graph.param_values:
             values[node.id] = graph.param_values[name]
         else:
-            raise RunError(f"graph {graph.name!r}: param {name!r} is neither bound nor given")
+            raise RunError(
+                f"graph {graph.name!r}: param {name!r} is neither bound nor given "
+                f"(expected {node.shape} {node.dtype})"
+            )
     return values

@@ -1,9 +1,13 @@
 """NumPy kernels: one function per non-boundary op, shared by both NumPy executors.
 
-`evaluate(node, args)` returns a fresh C-contiguous array of exactly `node.shape` and
-`node.dtype`. float16 and bfloat16 are computed in float32 and rounded once at the end,
-the way MLX's CPU kernels accumulate. Kernels never write into their arguments, so an
-executor may place the result over an argument's bytes after the call (in place).
+`evaluate(node, args)` returns a fresh, writeable, C-contiguous array of exactly
+`node.shape` and `node.dtype` that aliases none of `args`. float16 and bfloat16 are
+computed in float32 and rounded once at the end, the way MLX's CPU kernels accumulate;
+operands of arithmetic are first converted to the node's (promoted) dtype. Kernels
+never write into their arguments, so an executor may place the result over an
+argument's bytes after the call (in place). IEEE specials (inf, nan) propagate silently,
+as on every backend; an integer power with a negative exponent and an out-of-range
+`take` index are RunErrors naming the node.
 """
 
 from __future__ import annotations
@@ -11,167 +15,186 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from tensorgraph.errors import RunError
+from tensorgraph.ir.dtypes import as_dtype, promote_types
 from tensorgraph.ir.node import Node, describe
 
 Kernel = Callable[[Node, Sequence[np.ndarray]], np.ndarray]
 
+_HALF = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
+# Exact erf, elementwise in float64: NumPy has no erf, and the oracle's GELU must not
+# carry an approximation's error into every comparison made against it.
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
-def _compute_dtype(array: np.ndarray) -> np.ndarray:
-    """float16/bfloat16 arrays as float32 (computation precision); others unchanged."""
-    if (array.dtype.kind == "f" and array.dtype.itemsize < 4) or array.dtype.name == "bfloat16":
-        return array.astype(np.float32)
-    return array
+def _wide(x: np.ndarray) -> np.ndarray:
+    """float16/bfloat16 as float32 (the computation precision); other dtypes unchanged."""
+    return x.astype(np.float32) if x.dtype in _HALF else x
+
+
+def _operand(node: Node, x: np.ndarray) -> np.ndarray:
+    """`x` converted to the node's dtype (the promoted one), then widened."""
+    return _wide(x.astype(node.dtype.to_numpy(), copy=False))
+
+
+# ---------------------------------------------------------------- elementwise
 
 
 def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
-    return lambda node, args: fn(_compute_dtype(args[0]))
+    return lambda node, args: fn(_wide(args[0]))
 
 
-def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Kernel:
-    def kernel(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-        a, b = (_compute_dtype(x.astype(node_compute(node, x))) for x in args)
-        return fn(a, b)
-
-    return kernel
-
-
-def node_compute(node: Node, x: np.ndarray) -> np.dtype:
-    """Operands of arithmetic are first converted to the node's result dtype."""
-    return node.dtype.to_numpy()
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return np.where(
-        x >= 0, 1 / (1 + np.exp(-np.abs(x))), np.exp(-np.abs(x)) / (1 + np.exp(-np.abs(x)))
-    )
-
-
-def _gelu(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    x = _compute_dtype(args[0])
-    if node.attr("approximate") == "tanh":
-        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
-    wide = x.astype(np.float64)
-    return 0.5 * wide * (1 + np.asarray(_erf(wide / math.sqrt(2)), dtype=np.float64))
-
-
-def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, np.zeros((), x.dtype))
+def _arith(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Kernel:
+    return lambda node, args: fn(_operand(node, args[0]), _operand(node, args[1]))
 
 
 def _compare(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Kernel:
+    """Comparisons and logical ops: both operands in their promoted dtype, bool result."""
+
     def kernel(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
         a, b = args
-        common = np.promote_types(a.dtype, b.dtype)
-        return fn(a.astype(common), b.astype(common))
+        common = promote_types(as_dtype(a.dtype), as_dtype(b.dtype)).to_numpy()
+        return fn(_wide(a.astype(common, copy=False)), _wide(b.astype(common, copy=False)))
 
     return kernel
 
 
-def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind in "iu" and np.any(b < 0):
-        raise RunError("pow: integer base with a negative integer exponent")
-    return np.power(a, b)
+def _pow(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    base, exponent = (_operand(node, x) for x in args)
+    if exponent.dtype.kind in "iu" and exponent.size and exponent.min() < 0:
+        raise RunError(
+            f"{describe(node)}: integer power with the negative exponent {exponent.min()}"
+        )
+    return np.power(base, exponent)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + e^-x) without overflow: e^-|x| is never larger than 1."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _gelu(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    x = _wide(args[0])
+    if node.attr("approximate") == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    wide = x.astype(np.float64)
+    return 0.5 * wide * (1 + np.asarray(_erf(wide / math.sqrt(2)), np.float64))
 
 
 def _where(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     cond, a, b = args
     target = node.dtype.to_numpy()
-    return np.where(cond, a.astype(target), b.astype(target))
+    return np.where(cond, a.astype(target, copy=False), b.astype(target, copy=False))
 
 
 def _matmul(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    target = node.dtype.to_numpy()
-    a, b = (_compute_dtype(x.astype(target)) for x in args)
-    return np.matmul(a, b)
+    return np.matmul(_operand(node, args[0]), _operand(node, args[1]))
+
+
+# ---------------------------------------------------------------- reductions
 
 
 def _reduce(fn: Callable[..., np.ndarray]) -> Kernel:
+    """sum/max/min over the node's axes; bool is counted in the node's dtype (int32)."""
+
     def kernel(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
         x = args[0]
-        if x.dtype == np.bool_:
+        if x.dtype == np.bool_ and node.dtype.to_numpy() != np.bool_:
             x = x.astype(node.dtype.to_numpy())
-        return fn(_compute_dtype(x), axis=node.attr("axes"), keepdims=node.attr("keepdims"))
+        return fn(_wide(x), axis=node.attr("axes"), keepdims=node.attr("keepdims"))
 
     return kernel
 
 
-def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
-    count = math.prod(x.shape[a] for a in axis)
-    if count == 0:
-        shape = [1 if i in axis else d for i, d in enumerate(x.shape)]
-        if not keepdims:
-            shape = [d for i, d in enumerate(x.shape) if i not in axis]
-        return np.full(shape, np.nan, np.float32)
-    return (
-        np.sum(x.astype(np.float64) if x.dtype.kind in "iub" else x, axis=axis, keepdims=keepdims)
-        / count
-    )
+def _mean(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """Integers and bools average in float64 (exact sums); a zero-size axis gives nan."""
+    x = _wide(args[0])
+    axes = node.attr("axes")
+    accumulator = np.float64 if x.dtype.kind in "biu" else None
+    total = np.sum(x, axis=axes, keepdims=node.attr("keepdims"), dtype=accumulator)
+    return total / math.prod(x.shape[a] for a in axes)
 
 
 def _argmax(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    return np.argmax(args[0], axis=node.attr("axis"), keepdims=node.attr("keepdims"))
+    return np.argmax(_wide(args[0]), axis=node.attr("axis"), keepdims=node.attr("keepdims"))
+
+
+def _shifted(node: Node, x: np.ndarray) -> np.ndarray:
+    """`x` minus its max along the node's axis (softmax's overflow guard)."""
+    axis = node.attr("axis")
+    return x - np.max(x, axis=axis, keepdims=True) if x.shape[axis] else x
 
 
 def _softmax(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    x = _compute_dtype(args[0])
-    axis = node.attr("axis")
-    shifted = x - np.max(x, axis=axis, keepdims=True) if x.shape[axis] else x
-    e = np.exp(shifted)
-    return e / np.sum(e, axis=axis, keepdims=True)
+    e = np.exp(_shifted(node, _wide(args[0])))
+    return e / np.sum(e, axis=node.attr("axis"), keepdims=True)
 
 
 def _log_softmax(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    x = _compute_dtype(args[0])
-    axis = node.attr("axis")
-    shifted = x - np.max(x, axis=axis, keepdims=True) if x.shape[axis] else x
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    shifted = _shifted(node, _wide(args[0]))
+    return shifted - np.log(np.sum(np.exp(shifted), axis=node.attr("axis"), keepdims=True))
+
+
+# ---------------------------------------------------------------- layout and gathers
+
+
+def _axis_slice(ndim: int, axis: int, start: int, stop: int) -> tuple[slice, ...]:
+    index = [slice(None)] * ndim
+    index[axis] = slice(start, stop)
+    return tuple(index)
 
 
 def _narrow(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    axis, start, length = node.attr("axis"), node.attr("start"), node.attr("length")
-    index = [slice(None)] * args[0].ndim
-    index[axis] = slice(start, start + length)
-    return args[0][tuple(index)]
+    start = node.attr("start")
+    return args[0][_axis_slice(args[0].ndim, node.attr("axis"), start, start + node.attr("length"))]
 
 
 def _take(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """NumPy's gather: negative indices count from the end; others out of range raise."""
     x, indices = args
     axis = node.attr("axis")
     size = x.shape[axis]
-    if indices.size and (indices.min() < -size or indices.max() >= size):
-        bad = indices[(indices < -size) | (indices >= size)].flat[0]
+    wide = indices.astype(np.int64)
+    bad = (wide < -size) | (wide >= size)
+    if bad.any():
         raise RunError(
-            f"{describe(node)}: index {bad} is out of range for axis {axis} of size {size}"
+            f"{describe(node)}: index {wide[bad].flat[0]} is out of range for axis {axis} "
+            f"of size {size}"
         )
-    return np.take(x, indices.astype(np.int64), axis=axis)
+    return np.take(x, wide, axis=axis)
 
 
 def _slice_update(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     target, update = args
-    axis, start = node.attr("axis"), node.attr("start")
+    start = node.attr("start")
+    index = _axis_slice(
+        target.ndim, node.attr("axis"), start, start + update.shape[node.attr("axis")]
+    )
     result = target.copy()
-    index = [slice(None)] * target.ndim
-    index[axis] = slice(start, start + update.shape[axis])
-    result[tuple(index)] = update
+    result[index] = update
     return result
 
 
 def _arange(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    start, step = node.attr("start"), node.attr("step")
+    """start + step * i in float64, rounded once to the node's dtype."""
     (count,) = node.shape
-    return start + step * np.arange(count, dtype=np.float64)
+    return node.attr("start") + node.attr("step") * np.arange(count, dtype=np.float64)
 
 
 def _full(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    return np.full(node.shape, node.attr("value"), node.dtype.to_numpy())
+    # Converted by NumPy's cast, not np.full's Python-int check: 300 in int8 wraps as
+    # an int8 cast does on every backend instead of raising OverflowError.
+    return np.full(node.shape, np.asarray(node.attr("value")).astype(node.dtype.to_numpy()))
 
 
-def _pad_hw(x: np.ndarray, padding: tuple[int, int], value: float) -> np.ndarray:
+# ---------------------------------------------------------------- convolution and pooling
+
+
+def _pad_hw(x: np.ndarray, padding: tuple[int, int], value: object) -> np.ndarray:
     ph, pw = padding
     if not ph and not pw:
         return x
@@ -185,7 +208,7 @@ def _windows(
     dilation: tuple[int, int],
     out_hw: tuple[int, int],
 ) -> np.ndarray:
-    """(N, C, OH, OW, KH, KW) strided windows of a padded NCHW array (no copy)."""
+    """(N, C, OH, OW, KH, KW) strided windows of a padded NCHW array (a view, no copy)."""
     kh, kw = kernel
     span = ((kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1)
     view = np.lib.stride_tricks.sliding_window_view(x, span, axis=(2, 3))
@@ -194,45 +217,62 @@ def _windows(
 
 
 def _conv2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    target = node.dtype.to_numpy()
-    x, w = (_compute_dtype(a.astype(target)) for a in args)
+    """Grouped im2col. Windows (N, G, Cg, OH, OW, KH, KW) contract with weights
+    (G, Og, Cg, KH, KW) over Cg, KH, KW: as one batched matmul over the groups (BLAS), or,
+    for depthwise convolutions (Cg = 1, where a matmul of inner size KH*KW is mostly
+    overhead), as an einsum straight over the window view."""
+    x, w = (_operand(node, a) for a in args)
     groups = node.attr("groups")
     n, o, oh, ow = node.shape
-    x = _pad_hw(x, node.attr("padding"), 0)
-    windows = _windows(x, w.shape[2:], node.attr("stride"), node.attr("dilation"), (oh, ow))
-    cg, og = x.shape[1] // groups, o // groups
-    # (N, G, Cg, OH, OW, KH, KW) x (G, Og, Cg, KH, KW) -> (N, G, Og, OH, OW)
-    grouped = windows.reshape(n, groups, cg, oh, ow, *w.shape[2:])
-    weights = w.reshape(groups, og, cg, *w.shape[2:])
-    out = np.einsum("ngchwij,gocij->ngohw", grouped, weights, optimize=True)
-    return out.reshape(n, o, oh, ow)
+    _, cg, kh, kw = w.shape
+    padded = _pad_hw(x, node.attr("padding"), 0)
+    windows = _windows(padded, (kh, kw), node.attr("stride"), node.attr("dilation"), (oh, ow))
+    windows = windows.reshape(n, groups, cg, oh, ow, kh, kw)
+    weights = w.reshape(groups, o // groups, cg, kh, kw)
+    if cg == 1:
+        out = np.einsum("ngchwij,gocij->ngohw", windows, weights, optimize=True)
+        return out.reshape(n, o, oh, ow)
+    columns = windows.transpose(1, 0, 3, 4, 2, 5, 6).reshape(groups, n * oh * ow, cg * kh * kw)
+    matrices = weights.reshape(groups, o // groups, cg * kh * kw).transpose(0, 2, 1)
+    out = np.matmul(columns, matrices).reshape(groups, n, oh, ow, o // groups)
+    return out.transpose(1, 0, 4, 2, 3).reshape(n, o, oh, ow)
+
+
+def _lowest(dtype: np.dtype) -> object:
+    """The identity of max: -inf for floats, the minimum integer, False for bool."""
+    if dtype.kind == "f":
+        return -np.inf
+    if dtype.kind == "b":
+        return False
+    return np.iinfo(dtype).min
 
 
 def _max_pool2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    x = _compute_dtype(args[0])
-    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    padded = _pad_hw(x, node.attr("padding"), fill)
-    windows = _windows(
-        padded, node.attr("kernel_size"), node.attr("stride"), (1, 1), node.shape[2:]
-    )
-    return windows.max(axis=(4, 5))
+    x = _wide(args[0])
+    padded = _pad_hw(x, node.attr("padding"), _lowest(x.dtype))
+    kernel, stride = node.attr("kernel_size"), node.attr("stride")
+    return _windows(padded, kernel, stride, (1, 1), node.shape[2:]).max(axis=(4, 5))
+
+
+def _in_bounds(size: int, out: int, kernel: int, stride: int, pad: int) -> np.ndarray:
+    """How many of each output window's `kernel` positions fall inside [0, size)."""
+    starts = np.arange(out) * stride - pad
+    return np.minimum(starts + kernel, size) - np.maximum(starts, 0)
 
 
 def _avg_pool2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    x = (
-        _compute_dtype(args[0]).astype(np.float32)
-        if args[0].dtype.kind != "f"
-        else (_compute_dtype(args[0]))
-    )
+    """Window sums over the zero-padded input divided by the window area, or, without
+    count_include_pad, by the number of real (unpadded) elements in each window."""
+    x = args[0]
+    x = x.astype(np.float64) if x.dtype.kind in "biu" else _wide(x)
     kernel, stride, padding = (node.attr(k) for k in ("kernel_size", "stride", "padding"))
-    padded = _pad_hw(x, padding, 0)
-    windows = _windows(padded, kernel, stride, (1, 1), node.shape[2:])
-    total = windows.sum(axis=(4, 5))
+    oh, ow = node.shape[2:]
+    total = _windows(_pad_hw(x, padding, 0), kernel, stride, (1, 1), (oh, ow)).sum(axis=(4, 5))
     if node.attr("count_include_pad"):
         return total / (kernel[0] * kernel[1])
-    ones = _pad_hw(np.ones((1, 1, *x.shape[2:]), x.dtype), padding, 0)
-    counts = _windows(ones, kernel, stride, (1, 1), node.shape[2:]).sum(axis=(4, 5))
-    return total / counts
+    rows = _in_bounds(x.shape[2], oh, kernel[0], stride[0], padding[0])
+    cols = _in_bounds(x.shape[3], ow, kernel[1], stride[1], padding[1])
+    return total / np.outer(rows, cols).astype(x.dtype)
 
 
 KERNELS: dict[str, Kernel] = {
@@ -248,17 +288,17 @@ KERNELS: dict[str, Kernel] = {
     "cos": _unary(np.cos),
     "tanh": _unary(np.tanh),
     "sigmoid": _unary(_sigmoid),
-    "relu": _unary(_relu),
+    "relu": _unary(lambda x: np.maximum(x, np.zeros((), x.dtype))),
     "gelu": _gelu,
     "silu": _unary(lambda x: x * _sigmoid(x)),
     "logical_not": _unary(np.logical_not),
-    "add": _binary(np.add),
-    "sub": _binary(np.subtract),
-    "mul": _binary(np.multiply),
-    "div": _binary(np.true_divide),
-    "pow": _binary(_pow),
-    "maximum": _binary(np.maximum),
-    "minimum": _binary(np.minimum),
+    "add": _arith(np.add),
+    "sub": _arith(np.subtract),
+    "mul": _arith(np.multiply),
+    "div": _arith(np.true_divide),
+    "pow": _pow,
+    "maximum": _arith(np.maximum),
+    "minimum": _arith(np.minimum),
     "eq": _compare(np.equal),
     "ne": _compare(np.not_equal),
     "lt": _compare(np.less),
@@ -270,7 +310,7 @@ KERNELS: dict[str, Kernel] = {
     "where": _where,
     "matmul": _matmul,
     "sum": _reduce(np.sum),
-    "mean": _reduce(_mean),
+    "mean": _mean,
     "max": _reduce(np.max),
     "min": _reduce(np.min),
     "argmax": _argmax,
@@ -293,18 +333,34 @@ KERNELS: dict[str, Kernel] = {
 
 
 def constant_value(node: Node) -> np.ndarray:
-    """The literal array of a `constant` node (read-only view of its bytes)."""
+    """The literal array of a `constant` node: a read-only view of its payload bytes."""
     return np.frombuffer(node.attr("value"), node.dtype.to_numpy()).reshape(node.shape)
 
 
+def _is_fresh(result: np.ndarray, args: Sequence[np.ndarray]) -> bool:
+    """True when `result` can be handed out as is: C-contiguous, writeable, its own bytes."""
+    return (
+        result.flags.c_contiguous
+        and result.flags.writeable
+        and not any(np.may_share_memory(result, a) for a in args)
+    )
+
+
 def evaluate(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    """`node`'s op on `args`: a fresh C-contiguous array of node.shape and node.dtype."""
+    """`node`'s op on `args` (see module docstring for the result's guarantees).
+
+    Raises RunError naming the node when no kernel exists for its op, on the run-time
+    errors listed above, or if a kernel's result disagrees with the node's shape."""
     kernel = KERNELS.get(node.op)
     if kernel is None:
         raise RunError(f"{describe(node)}: no NumPy kernel for op {node.op!r}")
-    with np.errstate(all="ignore"):  # inf/nan follow IEEE, as on every backend
-        result = kernel(node, args)
     target = node.dtype.to_numpy()
-    out = np.empty(node.shape, target)
-    out[...] = np.asarray(result).astype(target, copy=False).reshape(node.shape)
-    return out
+    with np.errstate(all="ignore"):  # inf/nan follow IEEE; float->int casts as NumPy does
+        result = np.asarray(kernel(node, args))
+        if result.shape != node.shape:
+            raise RunError(
+                f"{describe(node)}: kernel result has shape {result.shape}, the node {node.shape}"
+            )
+        if result.dtype != target:
+            return result.astype(target, order="C")
+    return result if _is_fresh(result, args) else np.array(result, order="C", copy=True)

@@ -1,0 +1,60 @@
+"""The exact search against brute force on small instances: it finds a packing at the
+optimum and proves the capacity below it infeasible."""
+
+import itertools
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorgraph.planner import Buffer, lower_bound, verify_assignment
+from tensorgraph.planner.assign import place_in_order
+from tensorgraph.planner.buffers import Assignment
+from tensorgraph.planner.search import minimize_arena, search_offsets
+
+
+@st.composite
+def small_sets(draw: st.DrawFn) -> list[Buffer]:
+    horizon = draw(st.integers(2, 8))
+    buffers = []
+    for i in range(draw(st.integers(1, 6))):
+        start = draw(st.integers(0, horizon - 1))
+        buffers.append(
+            Buffer(i, draw(st.integers(1, 12)), start, draw(st.integers(start + 1, horizon)))
+        )
+    return buffers
+
+
+def brute_force_optimum(buffers: list[Buffer]) -> int:
+    """Every placement order with lowest-fit placement: some order reproduces any
+    gravity-packed optimum (place buffers by increasing offset), so the minimum is exact."""
+    return min(
+        place_in_order(buffers, order, 1).arena_size
+        for order in itertools.permutations(range(len(buffers)))
+    )
+
+
+def packed_top(buffers, offsets) -> int:
+    return max(offsets[b.id] + b.size for b in buffers)
+
+
+@settings(max_examples=80)
+@given(small_sets())
+def test_search_finds_the_optimum_and_proves_the_capacity_below(buffers) -> None:
+    optimum = brute_force_optimum(buffers)
+    deadline = time.perf_counter() + 30
+    found = search_offsets(buffers, optimum, 1, deadline)
+    assert found.offsets is not None
+    verify_assignment(buffers, Assignment(found.offsets, packed_top(buffers, found.offsets)))
+    assert packed_top(buffers, found.offsets) <= optimum
+    below = search_offsets(buffers, optimum - 1, 1, deadline)
+    assert below.offsets is None and below.proven_infeasible
+
+
+@settings(max_examples=40)
+@given(small_sets(), st.sampled_from([1, 4, 16]))
+def test_minimize_never_exceeds_the_incumbent(buffers, alignment) -> None:
+    incumbent = place_in_order(buffers, list(range(len(buffers))), alignment)
+    result = minimize_arena(buffers, alignment, incumbent, time.perf_counter() + 5)
+    verify_assignment(buffers, result, alignment)
+    assert lower_bound(buffers) <= result.arena_size <= incumbent.arena_size
