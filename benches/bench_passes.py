@@ -16,8 +16,13 @@ from hypothesis import HealthCheck, given, settings
 import tensorgraph as tg
 from tensorgraph import nn
 
-STEPS = ((), ("dce",), ("dce", "cse"), ("dce", "cse", "view_alias"),
-         ("dce", "cse", "view_alias", "reinplace"))
+STEPS = (
+    (),
+    ("dce",),
+    ("dce", "cse"),
+    ("dce", "cse", "view_alias"),
+    ("dce", "cse", "view_alias", "reinplace"),
+)
 
 
 def llama_block() -> tg.Graph:
@@ -25,11 +30,21 @@ def llama_block() -> tg.Graph:
     rng = np.random.default_rng(0)
     g = tg.Graph("llama_block")
     x = g.input("x", (1, seq, dim))
-    shapes = {"attn_norm": (dim,), "wq": (dim, dim), "wk": (dim, dim), "wv": (dim, dim),
-              "wo": (dim, dim), "mlp_norm": (dim,), "w_gate": (dim, hidden),
-              "w_up": (dim, hidden), "w_down": (hidden, dim)}
-    params = {k: g.param(k, s, value=(rng.standard_normal(s) / math.sqrt(s[0])).astype(np.float32))
-              for k, s in shapes.items()}
+    shapes = {
+        "attn_norm": (dim,),
+        "wq": (dim, dim),
+        "wk": (dim, dim),
+        "wv": (dim, dim),
+        "wo": (dim, dim),
+        "mlp_norm": (dim,),
+        "w_gate": (dim, hidden),
+        "w_up": (dim, hidden),
+        "w_down": (hidden, dim),
+    }
+    params = {
+        k: g.param(k, s, value=(rng.standard_normal(s) / math.sqrt(s[0])).astype(np.float32))
+        for k, s in shapes.items()
+    }
     cos, sin = nn.rotary_tables(g, seq, dim // heads)
     g.output(nn.llama_block(x, params, heads, cos, sin, nn.causal_mask(g, seq)))
     return g
@@ -50,8 +65,9 @@ def main() -> None:
     totals = np.zeros(len(STEPS) + 1, dtype=np.int64)
     count = [0]
 
-    @settings(max_examples=200, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=200, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    )
     @given(graphs(max_ops=16))
     def collect(graph: tg.Graph) -> None:
         totals[:-1] += arenas(graph)

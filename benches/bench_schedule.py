@@ -28,23 +28,29 @@ def long_chain(blocks: int) -> tg.Graph:
 
 
 def main() -> None:
-    print(f"{'model':<14} {'LB program':>11} {'arena program':>14} {'LB chosen':>10} "
-          f"{'arena chosen':>13} {'chosen/program':>15}  strategy")
+    print(
+        f"{'model':<14} {'LB program':>11} {'arena program':>14} {'LB chosen':>10} "
+        f"{'arena chosen':>13} {'chosen/program':>15}  strategy"
+    )
     for name in ZOO:
         graph = build_model(name).graph
         program = tg.compile(graph, schedule="program")
         chosen = tg.compile(graph, schedule="best")
         ratio = chosen.plan.arena_size / program.plan.arena_size
-        print(f"{name:<14} {program.plan.lower_bound:>11,} {program.plan.arena_size:>14,} "
-              f"{chosen.plan.lower_bound:>10,} {chosen.plan.arena_size:>13,} {ratio:>15.3f}  "
-              f"{chosen.schedule_stats['strategy']}")
+        print(
+            f"{name:<14} {program.plan.lower_bound:>11,} {program.plan.arena_size:>14,} "
+            f"{chosen.plan.lower_bound:>10,} {chosen.plan.arena_size:>13,} {ratio:>15.3f}  "
+            f"{chosen.schedule_stats['strategy']}"
+        )
     graph = long_chain(1700)
     graph = view_alias(cse(dce(graph).graph).graph).graph
     began = time.perf_counter()
     result = schedule(graph, "best")
     seconds = time.perf_counter() - began
-    print(f"\nbest schedule of a {len(graph)}-node residual chain: {seconds:.2f} s "
-          f"(peak {result.peak:,} B vs program {result.program_peak:,} B, {result.strategy})")
+    print(
+        f"\nbest schedule of a {len(graph)}-node residual chain: {seconds:.2f} s "
+        f"(peak {result.peak:,} B vs program {result.program_peak:,} B, {result.strategy})"
+    )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """The reference interpreter: the plainest possible execution, the first oracle.
 
-Walks the nodes in order, evaluates each with its NumPy kernel, and returns fresh
-copies of the outputs (never an alias of a caller's array). Values are dropped after
-their last reader, so large graphs run in modest memory; that affects nothing else."""
+Walks `graph.nodes` in order and evaluates each node with its NumPy kernel (inputs and
+params from `bind_feeds`, constants from their payload). A value is dropped right after
+its last reader, unless it is an output, so large graphs run in modest memory; that
+affects nothing else. The outputs are fresh copies, one per listed output (a repeated
+output gives distinct arrays), never an alias of a caller's input or a bound param.
+"""
 
 from __future__ import annotations
 
@@ -15,22 +18,35 @@ from tensorgraph.runtime.feeds import bind_feeds
 from tensorgraph.runtime.kernels import constant_value, evaluate
 
 
+def _last_readers(graph: Graph) -> dict[int, int]:
+    """node id -> the step of its last reader, or its own step when nothing reads it."""
+    last = {}
+    for step, node in enumerate(graph.nodes):
+        last[node.id] = step
+        for source in node.inputs:
+            last[source] = step
+    return last
+
+
 def run_reference(
     graph: Graph, inputs: Mapping[str, object], params: Mapping[str, object] | None = None
 ) -> list[np.ndarray]:
-    """The outputs of `graph` for `inputs`/`params`, in output order (see module doc)."""
-    values = bind_feeds(graph, inputs, params)
-    last_use = {}
+    """The outputs of `graph` for `inputs` and `params`, in output order.
+
+    RunError (from `bind_feeds`) names a missing, extra or mistyped input or param before
+    any op runs; a kernel's run-time RunError names its node (see runtime.kernels)."""
+    feeds = bind_feeds(graph, inputs, params)
+    last = _last_readers(graph)
+    outputs = set(graph.outputs)
+    values: dict[int, np.ndarray] = {}
     for step, node in enumerate(graph.nodes):
-        for i in node.inputs:
-            last_use[i] = step
-    keep = set(graph.outputs)
-    for step, node in enumerate(graph.nodes):
-        if node.op == "constant":
+        if node.id in feeds:
+            values[node.id] = feeds[node.id]
+        elif node.op == "constant":
             values[node.id] = constant_value(node)
-        elif node.id not in values:
+        else:
             values[node.id] = evaluate(node, [values[i] for i in node.inputs])
-        for i in dict.fromkeys(node.inputs):
-            if last_use[i] == step and i not in keep:
-                del values[i]
-    return [np.array(values[o], copy=True) for o in graph.outputs]
+        for source in (*node.inputs, node.id):
+            if last[source] == step and source not in outputs:
+                values.pop(source, None)
+    return [np.array(values[o], order="C", copy=True) for o in graph.outputs]

@@ -1,0 +1,48 @@
+"""The exact search as MiniMalloc runs it: a decision problem at the capacity in each
+challenging instance's file name (1048576). Each solution is checked independently.
+
+    python benches/bench_search.py [--budget 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from tensorgraph.planner import lower_bound, read_minimalloc_csv, verify_assignment
+from tensorgraph.planner.buffers import Assignment
+from tensorgraph.planner.search import search_offsets
+
+ROOT = Path(__file__).resolve().parents[2] / "shared" / "bench" / "minimalloc"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--budget", type=float, default=60.0)
+    args = parser.parse_args()
+    print(f"{'instance':<16} {'buffers':>7} {'lower bound':>11} {'result':>18} {'seconds':>8}")
+    solved = 0
+    for path in sorted((ROOT / "challenging").glob("*.csv")):
+        buffers = read_minimalloc_csv(path)
+        capacity = int(path.name.split(".")[1])
+        began = time.perf_counter()
+        result = search_offsets(buffers, capacity, 1, began + args.budget)
+        seconds = time.perf_counter() - began
+        if result.offsets is not None:
+            top = max(result.offsets[b.id] + b.size for b in buffers)
+            verify_assignment(buffers, Assignment(result.offsets, top))
+            assert top <= capacity
+            verdict, solved = f"fits ({top})", solved + 1
+        else:
+            verdict = "infeasible" if result.proven_infeasible else "not found in time"
+        print(
+            f"{path.name:<16} {len(buffers):>7} {lower_bound(buffers):>11} {verdict:>18} "
+            f"{seconds:>8.1f}",
+            flush=True,
+        )
+    print(f"{solved} of 11 fit within capacity in {args.budget:.0f} s each")
+
+
+if __name__ == "__main__":
+    main()
