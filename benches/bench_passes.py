@@ -7,14 +7,13 @@ block and on 200 random graphs from the test strategies (summed).
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 import tensorgraph as tg
-from tensorgraph import nn
+from tensorgraph.models.llama import BlockConfig, llama_block_model
 
 STEPS = (
     (),
@@ -26,28 +25,7 @@ STEPS = (
 
 
 def llama_block() -> tg.Graph:
-    dim, heads, seq, hidden = 512, 8, 128, 1376
-    rng = np.random.default_rng(0)
-    g = tg.Graph("llama_block")
-    x = g.input("x", (1, seq, dim))
-    shapes = {
-        "attn_norm": (dim,),
-        "wq": (dim, dim),
-        "wk": (dim, dim),
-        "wv": (dim, dim),
-        "wo": (dim, dim),
-        "mlp_norm": (dim,),
-        "w_gate": (dim, hidden),
-        "w_up": (dim, hidden),
-        "w_down": (hidden, dim),
-    }
-    params = {
-        k: g.param(k, s, value=(rng.standard_normal(s) / math.sqrt(s[0])).astype(np.float32))
-        for k, s in shapes.items()
-    }
-    cos, sin = nn.rotary_tables(g, seq, dim // heads)
-    g.output(nn.llama_block(x, params, heads, cos, sin, nn.causal_mask(g, seq)))
-    return g
+    return llama_block_model(BlockConfig(seq=128, dim=512, heads=8, hidden=1376)).graph
 
 
 def arenas(graph: tg.Graph) -> list[int]:

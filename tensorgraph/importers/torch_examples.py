@@ -11,6 +11,8 @@ import math
 import torch
 from torch import nn
 
+from tensorgraph.models.cnn import MOBILENET_V2_STAGES
+
 
 class MLP(nn.Module):
     def __init__(self, features: int = 512, hidden: int = 1024, classes: int = 10) -> None:
@@ -144,15 +146,7 @@ class InvertedResidual(nn.Module):
 
 
 class MobileNetV2(nn.Module):
-    STAGES = (
-        (1, 16, 1, 1),
-        (6, 24, 2, 2),
-        (6, 32, 3, 2),
-        (6, 64, 4, 2),
-        (6, 96, 3, 1),
-        (6, 160, 3, 2),
-        (6, 320, 1, 1),
-    )
+    STAGES = MOBILENET_V2_STAGES  # (expansion, channels, repeats, first stride)
 
     def __init__(self, classes: int = 1000) -> None:
         super().__init__()

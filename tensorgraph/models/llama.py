@@ -35,18 +35,42 @@ class LlamaConfig:
     eps: float = 1e-5
 
 
-def _layer_weights(w: Weights, i: int, dim: int, hidden: int) -> dict[str, Tensor]:
+def layer_weights(w: Weights, prefix: str, dim: int, hidden: int) -> dict[str, Tensor]:
+    """One decoder layer's params, named `prefix + key` (keys as `nn.llama_block` takes
+    them); norm weights start at 1, projections at normal / sqrt(fan_in)."""
     return {
-        "attn_norm": w.constant(f"l{i}.attn_norm", (dim,), 1.0),
-        "wq": w.normal(f"l{i}.wq", (dim, dim)),
-        "wk": w.normal(f"l{i}.wk", (dim, dim)),
-        "wv": w.normal(f"l{i}.wv", (dim, dim)),
-        "wo": w.normal(f"l{i}.wo", (dim, dim)),
-        "mlp_norm": w.constant(f"l{i}.mlp_norm", (dim,), 1.0),
-        "w_gate": w.normal(f"l{i}.w_gate", (dim, hidden)),
-        "w_up": w.normal(f"l{i}.w_up", (dim, hidden)),
-        "w_down": w.normal(f"l{i}.w_down", (hidden, dim)),
+        "attn_norm": w.constant(f"{prefix}attn_norm", (dim,), 1.0),
+        "wq": w.normal(f"{prefix}wq", (dim, dim)),
+        "wk": w.normal(f"{prefix}wk", (dim, dim)),
+        "wv": w.normal(f"{prefix}wv", (dim, dim)),
+        "wo": w.normal(f"{prefix}wo", (dim, dim)),
+        "mlp_norm": w.constant(f"{prefix}mlp_norm", (dim,), 1.0),
+        "w_gate": w.normal(f"{prefix}w_gate", (dim, hidden)),
+        "w_up": w.normal(f"{prefix}w_up", (dim, hidden)),
+        "w_down": w.normal(f"{prefix}w_down", (hidden, dim)),
     }
+
+
+@frozen
+class BlockConfig:
+    batch: int = 1
+    seq: int = 64
+    dim: int = 256
+    heads: int = 4
+    hidden: int = 512
+    seed: int = 0
+
+
+def llama_block_model(config: BlockConfig = BlockConfig()) -> Model:
+    """One Llama decoder block on activations `x` (batch, seq, dim): the unit the memory
+    tests and the passes benchmark measure. Params are named by their keys (`wq`, ...)."""
+    c = config
+    g = tg.Graph("llama_block")
+    x = g.input("x", (c.batch, c.seq, c.dim), tg.float32)
+    cos, sin = rotary_tables(g, c.seq, c.dim // c.heads)
+    params = layer_weights(Weights(g, c.seed), "", c.dim, c.hidden)
+    g.output(llama_block(x, params, c.heads, cos, sin, causal_mask(g, c.seq)))
+    return Model(g, lambda seed: random_inputs(g, seed))
 
 
 def llama(config: LlamaConfig = LlamaConfig()) -> Model:
@@ -59,7 +83,9 @@ def llama(config: LlamaConfig = LlamaConfig()) -> Model:
     for i in range(c.layers):
         cos, sin = rotary_tables(g, c.seq, c.dim // c.heads)
         mask = causal_mask(g, c.seq)
-        h = llama_block(h, _layer_weights(w, i, c.dim, c.hidden), c.heads, cos, sin, mask, c.eps)
+        h = llama_block(
+            h, layer_weights(w, f"l{i}.", c.dim, c.hidden), c.heads, cos, sin, mask, c.eps
+        )
     h = rms_norm(h, w.constant("norm", (c.dim,), 1.0), c.eps)
     g.output(h @ w.normal("lm_head", (c.dim, c.vocab)))
     return Model(g, lambda seed: random_inputs(g, seed, c.vocab))
@@ -92,7 +118,7 @@ def llama_decode(config: LlamaDecodeConfig = LlamaDecodeConfig()) -> Model:
     h = tg.take(w.normal("embed", (c.vocab, c.dim), fan_in=1), token, axis=0)
     caches = []
     for i in range(c.layers):
-        p = _layer_weights(w, i, c.dim, c.hidden)
+        p = layer_weights(w, f"l{i}.", c.dim, c.hidden)
         cos, sin = rotary_tables(g, 1, head_dim, offset=c.pos)
         x = rms_norm(h, p["attn_norm"], c.eps)
         q, k, v = (split_heads(x @ p[name], c.heads) for name in ("wq", "wk", "wv"))

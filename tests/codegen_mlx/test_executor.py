@@ -1,15 +1,13 @@
 """The MLX executor: modes agree, errors are named, memory stays within the plan."""
 
-import math
-
 import mlx.core as mx
 import numpy as np
 import pytest
 
 import tensorgraph as tg
-from tensorgraph import nn
 from tensorgraph.codegen_mlx import blas_info
 from tensorgraph.models import build_model
+from tensorgraph.models.llama import BlockConfig, llama_block_model
 
 
 def test_modes_agree_and_missing_input_is_named() -> None:
@@ -31,28 +29,9 @@ def test_blas_is_reported() -> None:
     assert "BLAS" in blas_info()
 
 
-def llama_block_program(dim=256, heads=4, seq=64, hidden=512) -> tuple[tg.Program, dict]:
-    rng = np.random.default_rng(0)
-    g = tg.Graph("block")
-    x = g.input("x", (1, seq, dim))
-    shapes = {
-        "attn_norm": (dim,),
-        "wq": (dim, dim),
-        "wk": (dim, dim),
-        "wv": (dim, dim),
-        "wo": (dim, dim),
-        "mlp_norm": (dim,),
-        "w_gate": (dim, hidden),
-        "w_up": (dim, hidden),
-        "w_down": (hidden, dim),
-    }
-    params = {
-        k: g.param(k, s, value=(rng.standard_normal(s) / math.sqrt(s[0])).astype(np.float32))
-        for k, s in shapes.items()
-    }
-    cos, sin = nn.rotary_tables(g, seq, dim // heads)
-    g.output(nn.llama_block(x, params, heads, cos, sin, nn.causal_mask(g, seq)))
-    return tg.compile(g), {"x": rng.standard_normal((1, seq, dim)).astype(np.float32)}
+def llama_block_program() -> tuple[tg.Program, dict]:
+    model = llama_block_model(BlockConfig(seq=64, dim=256, heads=4, hidden=512))
+    return tg.compile(model.graph), model.inputs(0)
 
 
 def test_eager_peak_memory_stays_within_the_plan() -> None:

@@ -1,9 +1,9 @@
 """CSE merges equal computations, commutative ones in either order, never inputs/params."""
 
-import numpy as np
-
 import tensorgraph as tg
 from tensorgraph import nn
+from tensorgraph.models.common import Weights
+from tensorgraph.models.llama import layer_weights
 from tensorgraph.passes import cse
 from tests.passes.test_pipeline_properties import assert_same
 from tests.strategies import feeds
@@ -36,25 +36,12 @@ def test_decoder_layers_share_one_mask_and_one_rotary_table() -> None:
     layers, seq, dim, heads = 4, 8, 16, 2
     g = tg.Graph("decoder")
     h = g.input("x", (1, seq, dim))
-    rng = np.random.default_rng(0)
+    weights = Weights(g)
     for i in range(layers):
         # Rebuilt in every layer, as a naive exporter emits them.
         cos, sin = nn.rotary_tables(g, seq, dim // heads)
         mask = nn.causal_mask(g, seq)
-        params = {
-            k: g.param(f"{i}.{k}", s, value=rng.standard_normal(s).astype(np.float32) * 0.1)
-            for k, s in {
-                "attn_norm": (dim,),
-                "wq": (dim, dim),
-                "wk": (dim, dim),
-                "wv": (dim, dim),
-                "wo": (dim, dim),
-                "mlp_norm": (dim,),
-                "w_gate": (dim, 32),
-                "w_up": (dim, 32),
-                "w_down": (32, dim),
-            }.items()
-        }
+        params = layer_weights(weights, f"l{i}.", dim, 32)
         h = nn.llama_block(h, params, heads, cos, sin, mask)
     g.output(h)
     assert count(g, "where") == layers and count(g, "cos") == layers and count(g, "sin") == layers
