@@ -34,18 +34,31 @@ def llama_block_program() -> tuple[tg.Program, dict]:
     return tg.compile(model.graph), model.inputs(0)
 
 
-def test_eager_peak_memory_stays_within_the_plan() -> None:
-    prog, inputs = llama_block_program()
-    # The constant segment holds every param and constant; inputs are part of the arena.
-    params_bytes = sum(v.nbytes for v in prog.graph.param_values.values())
-    assert prog.plan.constant_size >= params_bytes
-    budget = prog.plan.arena_size + prog.plan.constant_size
-    prog.run(inputs, backend="mlx", mode="eager")  # warm-up: kernels, caches
+def peak_of_run(prog: tg.Program, inputs: dict) -> int:
+    """MLX's peak bytes above the pre-run level during one eager run."""
     mx.clear_cache()
     mx.reset_peak_memory()
     baseline = mx.get_active_memory()
     prog.run(inputs, backend="mlx", mode="eager")
-    peak = mx.get_peak_memory() - baseline
-    ratio = peak / budget
-    print(f"MLX eager peak {peak} B vs arena + params/constants {budget} B: {ratio:.3f}x")
-    assert ratio <= 1.10
+    return mx.get_peak_memory() - baseline
+
+
+def test_eager_peak_memory_stays_within_the_plan() -> None:
+    llama_block_program()[0].run(llama_block_program()[1], backend="mlx", mode="eager")  # warm
+    prog, inputs = llama_block_program()
+    plan = prog.plan
+    # The constant segment holds every param and constant; inputs are part of the arena.
+    assert plan.constant_size >= sum(v.nbytes for v in prog.graph.param_values.values())
+    # First run of a fresh program: weights are converted to MLX arrays during the run.
+    first = peak_of_run(prog, inputs) / (plan.arena_size + plan.constant_size)
+    # Later runs reuse the converted weights: only the arena's activations remain.
+    later = peak_of_run(prog, inputs) / plan.arena_size
+    print(
+        f"MLX eager peak: first run {first:.3f}x (arena + constant segment "
+        f"{plan.arena_size + plan.constant_size} B), later runs {later:.3f}x (arena "
+        f"{plan.arena_size} B)"
+    )
+    assert first <= 1.10  # the issue's bound: plan arena + params + inputs
+    # Stricter, activations only: MLX's own temporaries (a matmul's transposed operand,
+    # softmax scratch) are outside any plan; here they measure about 8% of the arena.
+    assert later <= 1.20
