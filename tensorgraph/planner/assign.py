@@ -17,6 +17,7 @@ conflicting buffers ever share a byte. They differ only in the order of placemen
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Hashable, Sequence
 
@@ -131,7 +132,8 @@ def best(buffers: Sequence[Buffer], alignment: int, time_budget: float | None = 
     incumbent = min(candidates, key=lambda a: a.arena_size)
     best_order = orders[min(range(len(orders)), key=lambda k: candidates[k + 1].arena_size)]
     if incumbent.arena_size > bound:
-        incumbent, best_order = _improve(buffers, best_order, incumbent, alignment, bound, deadline)
+        share = began + IMPROVE_SHARE * (deadline - began)
+        incumbent, best_order = _improve(buffers, best_order, incumbent, alignment, bound, share)
     if incumbent.arena_size > bound and time.perf_counter() < deadline:
         from tensorgraph.planner.search import minimize_arena
 
@@ -147,23 +149,37 @@ def _improve(
     bound: int,
     deadline: float,
 ) -> tuple[Assignment, list[int]]:
-    """Iterated reordering: buffers that end at the arena top move to the front of the
-    order, so they are placed before the buffers that pushed them up. Keeps the best."""
+    """Iterated reordering with restarts. The buffers that end at the arena top move to the
+    front of the order, so they are placed before the buffers that pushed them up; after
+    `STALL` rounds without a better plan the best order so far is perturbed (a few
+    buffers moved to random earlier places, seeded: runs are reproducible) and the
+    reordering continues from there. Keeps the best plan seen."""
+    rng = random.Random(0)
     position = {b.id: i for i, b in enumerate(buffers)}
-    current = list(order)
-    tries = 0
-    while time.perf_counter() < deadline and incumbent.arena_size > bound and tries < 64:
-        tries += 1
+    current, stall = list(order), 0
+    while time.perf_counter() < deadline and incumbent.arena_size > bound:
         placed = place_in_order(buffers, current, alignment)
         top = placed.arena_size
         culprits = [
             position[b.id] for b in buffers if b.size and placed.offsets[b.id] + b.size == top
         ]
         if placed.arena_size < incumbent.arena_size:
-            incumbent, order = placed, list(current)
+            incumbent, order, stall = placed, list(current), 0
+        else:
+            stall += 1
+        if stall >= STALL:
+            current, stall = list(order), 0
+            for _ in range(1 + len(current) // 50):
+                item = current.pop(rng.randrange(len(current)))
+                current.insert(rng.randrange(len(current) + 1), item)
+            continue
         culprit_set = set(culprits)
         current = culprits + [i for i in current if i not in culprit_set]
     return incumbent, order
+
+
+STALL = 8  # rounds without progress before a restart from a perturbed best order
+IMPROVE_SHARE = 0.1  # of best's budget for iterated reordering; the exact search gets the rest
 
 
 ALGORITHMS: dict[str, Callable[..., Assignment]] = {

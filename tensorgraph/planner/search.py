@@ -314,22 +314,24 @@ def minimize_arena(
 ) -> Assignment:
     """The smallest packing found before `deadline`, never larger than `incumbent`.
 
-    Tries the lower bound first (success there is optimal), then bisects between the
-    largest capacity shown infeasible (or unresolved) and the best packing so far."""
+    First a short try at the lower bound (success there is optimal and often quick),
+    then bisection between the largest capacity given up on and the best packing so far,
+    each attempt with a quarter of the time left: a capacity the search cannot settle
+    in its slice counts as too tight, so the bisection keeps moving and every attempt
+    that succeeds shrinks the incumbent."""
     buffers = list(buffers)
     best = incumbent
     low = lower_bound(buffers, alignment)
     if best.arena_size <= low or time.perf_counter() >= deadline:
         return best
-    tried_low = False
+    first = True
     while time.perf_counter() < deadline and low < best.arena_size:
-        capacity = low if not tried_low else (low + best.arena_size) // 2
-        capacity = max(capacity, low)
-        tried_low = True
         remaining = deadline - time.perf_counter()
-        # Give each attempt a share of the time left, so bisection still makes progress.
+        capacity = low if first else (low + best.arena_size) // 2
+        share = 0.1 if first else 0.25
+        first = False
         result = search_offsets(
-            buffers, capacity, alignment, time.perf_counter() + max(remaining / 2, 0.01)
+            buffers, capacity, alignment, time.perf_counter() + max(remaining * share, 0.01)
         )
         if result.offsets is not None:
             top = max((result.offsets[b.id] + b.size for b in buffers), default=0)
