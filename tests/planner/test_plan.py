@@ -80,3 +80,22 @@ def test_report_lists_the_peak_and_json_parses() -> None:
     assert document["arena_size"] == prog.plan.arena_size
     assert len(document["buffers"]) == len(prog.plan.buffers)
     assert prog.plan.constant_size >= (64 * 256 + 256 * 8) * 4
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"params_in_arena": True}, {"tail_guard": 64}, {"alignment": 1}, {"planner": "naive"}],
+)
+def test_plan_options_keep_the_arena_executor_exact(options) -> None:
+    from tensorgraph.models import build_model
+
+    model = build_model("gpt2", seq=8, dim=32, heads=2, vocab=16, max_positions=8)
+    prog = tg.compile(model.graph, **options)
+    inputs = model.inputs(0)
+    want = run_reference(model.graph, inputs)
+    for got, expected in zip(prog.run(inputs, backend="arena"), want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    if options.get("params_in_arena"):
+        assert prog.plan.constant_size == 0
+        params = sum(v.nbytes for v in model.graph.param_values.values())
+        assert prog.plan.arena_size >= params, "the weights now live in the arena"
