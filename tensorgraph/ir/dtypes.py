@@ -109,11 +109,20 @@ def scalar_dtype(value: object, other: DType) -> DType:
 
     A scalar adopts the tensor's dtype when its kind fits (an int next to any number, a
     float next to a float); a float next to an integer or bool tensor is float32; an int
-    next to bool is int32; a bool adopts the tensor's dtype."""
+    next to bool is int32; a bool adopts the tensor's dtype. An int outside the range of
+    the integer dtype it would take is a DTypeError (as in NumPy 2 and JAX), never a
+    silently wrapped constant."""
     if isinstance(value, bool):
         return other
     if isinstance(value, int):
-        return other if other.kind != "bool" else int32
+        dtype = other if other.kind != "bool" else int32
+        if dtype.is_integer:
+            limits = np.iinfo(dtype.to_numpy())
+            if not limits.min <= value <= limits.max:
+                raise DTypeError(
+                    f"Python int {value} does not fit {dtype} [{limits.min}, {limits.max}]"
+                )
+        return dtype
     if isinstance(value, float):
         return other if other.is_float else float32
     raise DTypeError(f"unsupported scalar {value!r} of type {type(value).__name__}")

@@ -179,21 +179,32 @@ class _Problem:
         lo: int,
         hi: int,
         heuristic: str,
-    ) -> bool:
-        top = off + self.size[b]
-        self.offset[b] = off
+    ) -> tuple[bool, bool]:
+        """Place b at `off` and search on. Returns (found, hatless): hatless when placing
+        b raises no other unplaced buffer's minimum offset (nothing sits over it yet)."""
+        size = self.size[b]
+        top = off + size
         min_offset, offset = self.min_offset, self.offset
-        own_min = min_offset[b]
-        min_offset[b] = PLACED  # placed buffers never lower a section's floor below
+        overlaps = self.overlaps[b]
         floor, total = self.floor, self.total
         b_lo, b_hi = self.lo[b], self.hi[b]
         saved_floor = floor[b_lo:b_hi].copy()
         floor[b_lo:b_hi] = top
-        total[b_lo:b_hi] -= self.size[b]
+        total[b_lo:b_hi] -= size
+        capacity = self.capacity
+        if np.any(np.maximum(floor[lo:hi], off) + total[lo:hi] > capacity):
+            # Fails before the unallocated-floor inference, which only raises floors:
+            # skip that (costly) step and the recursion altogether.
+            floor[b_lo:b_hi] = saved_floor
+            total[b_lo:b_hi] += size
+            return False, not any(offset[o] < 0 and min_offset[o] < top for o in overlaps)
+        offset[b] = off
+        own_min = min_offset[b]
+        min_offset[b] = PLACED  # placed buffers never lower a section's floor below
         offset_changes = []
         affected: set[int] = set()
         raised = align_up(top, self.alignment)
-        for o in self.overlaps[b]:
+        for o in overlaps:
             if offset[o] < 0 and min_offset[o] < top:
                 offset_changes.append((o, min_offset[o]))
                 min_offset[o] = raised
@@ -206,13 +217,12 @@ class _Problem:
                 floor_changes.append((s, int(floor[s])))
                 floor[s] = lowest
         found = False
-        section_floor = np.maximum(floor[lo:hi], off)
-        if not np.any(section_floor + total[lo:hi] > self.capacity):
+        if not floor_changes or not np.any(np.maximum(floor[lo:hi], off) + total[lo:hi] > capacity):
             found = self._decompose(b, off, r, ranked, rank, lo, hi, heuristic)
         for s, value in reversed(floor_changes):
             floor[s] = value
         floor[b_lo:b_hi] = saved_floor
-        total[b_lo:b_hi] += self.size[b]
+        total[b_lo:b_hi] += size
         for o, value in reversed(offset_changes):
             min_offset[o] = value
         min_offset[b] = own_min
