@@ -324,7 +324,7 @@ def minimize_arena(
 ) -> Assignment:
     """The smallest packing found before `deadline`, never larger than `incumbent`.
 
-    First a short try at the lower bound (success there is optimal and often quick),
+    First a try at the lower bound with most of the time (success there is optimal),
     then bisection between the largest capacity given up on and the best packing so far,
     each attempt with a quarter of the time left: a capacity the search cannot settle
     in its slice counts as too tight, so the bisection keeps moving and every attempt
@@ -338,7 +338,9 @@ def minimize_arena(
     while time.perf_counter() < deadline and low < best.arena_size:
         remaining = deadline - time.perf_counter()
         capacity = low if first else (low + best.arena_size) // 2
-        share = 0.1 if first else 0.25
+        # The bound gets most of the time: reaching it proves the plan optimal, and most
+        # real instances have a packing there. Bisection then gets quarter slices.
+        share = 0.75 if first else 0.25
         first = False
         result = search_offsets(
             buffers, capacity, alignment, time.perf_counter() + max(remaining * share, 0.01)
