@@ -45,6 +45,8 @@ def _checked(kind: str, node: Node, value: object) -> np.ndarray:
     name = node.attr("name")
     if isinstance(value, np.ndarray):
         array = value
+    elif isinstance(value, np.generic):  # before Python data: np.float64 is a float
+        array = np.asarray(value)
     elif isinstance(value, _PYTHON_DATA):
         array = _from_python(kind, name, value, expected)
     else:
