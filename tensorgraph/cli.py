@@ -218,7 +218,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     expected = run_reference(prog.source, inputs)
     worst_abs, worst_rel, ok = _check(outputs, expected)
     print(
-        f"  MLX run {mlx_seconds:.2f} s (first run includes tracing); max abs error "
+        f"  MLX run {mlx_seconds:.2f} s; max abs error "
         f"{worst_abs:.3g}, max rel error {worst_rel:.3g}: {'OK' if ok else 'MISMATCH'}"
     )
     _progress(4, 4, "plotting the memory timeline ...")
