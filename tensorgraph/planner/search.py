@@ -153,15 +153,24 @@ class _Problem:
         if not self.nodes_left & 255 and time.perf_counter() > self.deadline:
             raise _Abort(timed_out=True)
         offset, size, min_offset = self.offset, self.size, self.min_offset
-        ordering = sorted((min_offset[b], rank[b], b) for b in ranked if offset[b] < 0)
-        if not ordering:
+        unplaced = [b for b in ranked if offset[b] < 0]
+        if not unplaced:
             return True
-        min_height = min(o + size[b] for o, _, b in ordering)
+        # Dominance: a candidate at or above some unplaced buffer's `min offset + size`
+        # would leave a gap that buffer fits in. Section inference in O(1) per candidate:
+        # at this node every section already has floor + unplaced bytes <= capacity (the
+        # parent's check), so with the floor lifted to a candidate's offset the test is
+        # `offset + unplaced bytes <= capacity` in every section, placing the candidate
+        # included (its sections gain `size` of floor and lose `size` of unplaced bytes).
+        # Both bound the offset, so only the few candidates below both are ever sorted.
+        min_height = min([min_offset[b] + size[b] for b in unplaced])
+        limit = min(min_height - 1, self.capacity - int(self.total[lo:hi].max()))
+        ordering = sorted(
+            [(min_offset[b], rank[b], b) for b in unplaced if last_offset <= min_offset[b] <= limit]
+        )
         for off, r, b in ordering:
-            if off >= min_height:
-                break  # dominance: every later candidate would leave a fillable gap
-            if off < last_offset or (off == last_offset and r < last_rank):
-                continue  # canonical order: offsets never decrease
+            if off == last_offset and r < last_rank:
+                continue  # canonical order: offsets never decrease, ties by rank
             found, hatless = self._place_and_search(b, off, r, ranked, rank, lo, hi, heuristic)
             if found:
                 return True
@@ -192,12 +201,6 @@ class _Problem:
         floor[b_lo:b_hi] = top
         total[b_lo:b_hi] -= size
         capacity = self.capacity
-        if np.any(np.maximum(floor[lo:hi], off) + total[lo:hi] > capacity):
-            # Fails before the unallocated-floor inference, which only raises floors:
-            # skip that (costly) step and the recursion altogether.
-            floor[b_lo:b_hi] = saved_floor
-            total[b_lo:b_hi] += size
-            return False, not any(offset[o] < 0 and min_offset[o] < top for o in overlaps)
         offset[b] = off
         own_min = min_offset[b]
         min_offset[b] = PLACED  # placed buffers never lower a section's floor below
@@ -217,7 +220,9 @@ class _Problem:
                 floor_changes.append((s, int(floor[s])))
                 floor[s] = lowest
         found = False
-        if not floor_changes or not np.any(np.maximum(floor[lo:hi], off) + total[lo:hi] > capacity):
+        # The caller checked `off + unplaced bytes` in every section; only sections whose
+        # floor the inference lifted above `off` can fail now.
+        if all(max(off, int(floor[s])) + int(total[s]) <= capacity for s, _ in floor_changes):
             found = self._decompose(b, off, r, ranked, rank, lo, hi, heuristic)
         for s, value in reversed(floor_changes):
             floor[s] = value
