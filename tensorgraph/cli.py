@@ -1,23 +1,31 @@
 """The `tensorgraph` command: models, compile, run, plan-csv and demo.
 
-Exit codes: 0 success, 1 a failed numeric check, 2 bad usage (one line on stderr, never
-a traceback: argparse errors, unknown models and every TensorGraphError end here).
+Exit codes: 0 success, 1 a failed numeric check, 2 bad usage. Bad usage is reported in
+one line on stderr, never a traceback: argparse errors, unknown models and config
+fields, every TensorGraphError and unreadable or unwritable files end here.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from attrs import frozen
 
 from tensorgraph.compiler import DEFAULT_PASSES, Program, compile
 from tensorgraph.errors import TensorGraphError
 
 BACKENDS = ("mlx", "numpy", "arena")
+
+# Largest error allowed, relative to the largest magnitude of the expected output (at
+# least 1), per output dtype: a few units in the last place of each float type after a
+# deep model's accumulated rounding. Integer and bool outputs must match exactly.
+TOLERANCES = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
 
 
 class UsageError(Exception):
@@ -29,27 +37,62 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+@frozen
+class Comparison:
+    """Outputs against expected ones: the worst absolute and relative (to the largest
+    expected magnitude) errors over all outputs, and whether each output is in tolerance."""
+
+    max_abs: float
+    max_rel: float
+    ok: bool
+
+    def __str__(self) -> str:
+        verdict = "OK" if self.ok else "MISMATCH"
+        return f"max abs error {self.max_abs:.3g}, max rel error {self.max_rel:.3g}: {verdict}"
+
+
+def compare(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> Comparison:
+    """Compare output by output; a different count, shape or dtype, or a NaN where the
+    expected value is not NaN, fails the check. Tolerances come from TOLERANCES."""
+    if len(outputs) != len(expected):
+        return Comparison(float("inf"), float("inf"), False)
+    worst_abs, worst_rel, ok = 0.0, 0.0, True
+    for got, want in zip(outputs, expected, strict=True):
+        if got.shape != want.shape or got.dtype != want.dtype:
+            return Comparison(float("inf"), float("inf"), False)
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        if not np.array_equal(np.isnan(g), np.isnan(w)):
+            return Comparison(float("nan"), float("nan"), False)
+        finite = ~np.isnan(w)
+        error = float(np.max(np.abs(g - w)[finite], initial=0.0))
+        scale = max(float(np.max(np.abs(w)[finite], initial=0.0)), 1.0)
+        worst_abs, worst_rel = max(worst_abs, error), max(worst_rel, error / scale)
+        ok = ok and error <= TOLERANCES.get(str(want.dtype), 0.0) * scale
+    return Comparison(worst_abs, worst_rel, ok)
+
+
 def _progress(step: int, total: int, text: str) -> None:
     print(f"[{step}/{total}] {text}", flush=True)
 
 
+def _parse_value(raw: str) -> object:
+    """int, then float, then true/false, else the text itself (a dtype name)."""
+    for parse in (int, float):
+        try:
+            return parse(raw)
+        except ValueError:
+            continue
+    return {"true": True, "false": False}.get(raw, raw)
+
+
 def _config(pairs: Sequence[str]) -> dict[str, object]:
-    """`k=v` pairs; values parsed as int, then float, then bool, else kept as text."""
+    """`k=v` pairs as a dict of config overrides (UsageError names a malformed pair)."""
     config: dict[str, object] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
-        if not sep or not key:
+        if not sep or not key or not raw:
             raise UsageError(f"--config expects key=value but got {pair!r}")
-        value: object = raw
-        for parse in (int, float):
-            try:
-                value = parse(raw)
-                break
-            except ValueError:
-                continue
-        if raw in ("true", "false"):
-            value = raw == "true"
-        config[key] = value
+        config[key] = _parse_value(raw)
     return config
 
 
@@ -69,19 +112,29 @@ def _passes(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(p for p in DEFAULT_PASSES if p not in off)
 
 
-def _human(nbytes: int) -> str:
-    from tensorgraph.planner.report import human
-
-    return human(nbytes)
+def _compile(args: argparse.Namespace, alignment: int = 64) -> tuple[object, Program]:
+    model = _build(args.model, args.config)
+    prog = compile(
+        model.graph,
+        passes=_passes(args),
+        planner=args.algorithm,
+        alignment=alignment,
+        schedule=args.schedule,
+    )
+    return model, prog
 
 
 def _summary(prog: Program, alignment: int) -> str:
+    """Per-pass statistics, then the plan against the lower bound and the baselines
+    (naive and greedy_size planned on the very same buffers)."""
     from tensorgraph.planner.assign import assign_offsets
+    from tensorgraph.planner.report import human
 
     plan = prog.plan
     buffers = plan.buffers
     naive = assign_offsets(buffers, "naive", alignment).arena_size
     greedy = assign_offsets(buffers, "greedy_size", alignment).arena_size
+    arena = max(plan.arena_size, 1)
     lines = [f"model {prog.graph.name}: {len(prog.source)} nodes -> {len(prog.graph)} after passes"]
     for name, stats in prog.stats.items():
         lines.append(f"  {name:<11} " + ", ".join(f"{k} {v}" for k, v in stats.items()))
@@ -91,51 +144,41 @@ def _summary(prog: Program, alignment: int) -> str:
         )
     lines += [
         f"  buffers          {len(buffers)}",
-        f"  arena            {plan.arena_size:>12,} B  {_human(plan.arena_size)} "
-        f"({plan.algorithm})",
+        f"  arena            {plan.arena_size:>12,} B  {human(plan.arena_size)} ({plan.algorithm})",
         f"  lower bound      {plan.lower_bound:>12,} B  ratio {plan.ratio:.3f}",
-        f"  naive            {naive:>12,} B  {naive / max(plan.arena_size, 1):.2f}x arena",
-        f"  greedy_size      {greedy:>12,} B  {greedy / max(plan.arena_size, 1):.3f}x arena",
-        f"  constant segment {plan.constant_size:>12,} B",
+        f"  naive            {naive:>12,} B  {naive / arena:.2f}x arena",
+        f"  greedy_size      {greedy:>12,} B  {greedy / arena:.3f}x arena",
+        f"  constant segment {plan.constant_size:>12,} B  {human(plan.constant_size)}",
         f"  planning time    {plan.planning_seconds * 1000:>12.1f} ms",
     ]
     return "\n".join(lines)
 
 
-def _check(outputs: list[np.ndarray], expected: list[np.ndarray]) -> tuple[float, float, bool]:
-    """Max absolute and relative error, and whether every output is within tolerance."""
-    worst_abs, worst_rel, ok = 0.0, 0.0, True
-    for got, want in zip(outputs, expected, strict=True):
-        if got.shape != want.shape or got.dtype != want.dtype:
-            return float("inf"), float("inf"), False
-        g, w = got.astype(np.float64), want.astype(np.float64)
-        error = float(np.max(np.abs(g - w))) if g.size else 0.0
-        scale = float(np.max(np.abs(w))) if w.size else 0.0
-        worst_abs = max(worst_abs, error)
-        worst_rel = max(worst_rel, error / scale if scale else error)
-        tolerance = 1e-4 if want.dtype == np.float32 else 2e-2
-        ok = ok and np.allclose(g, w, rtol=tolerance, atol=tolerance * max(scale, 1.0))
-    return worst_abs, worst_rel, ok
-
-
 def cmd_models(args: argparse.Namespace) -> int:
-    from tensorgraph.models import ZOO, build_model
+    import textwrap
+
+    import attrs
+
+    from tensorgraph.models import ZOO
 
     print(f"{'model':<14} {'params':>12}  description")
+    indent = " " * 29
     for name, entry in ZOO.items():
-        print(f"{name:<14} {build_model(name).param_count:>12,}  {entry.description}")
+        print(f"{name:<14} {entry.build().param_count:>12,}  {entry.description}")
+        defaults = " ".join(f"{k}={v}" for k, v in attrs.asdict(entry.config()).items())
+        print(
+            textwrap.fill(
+                defaults,
+                100,
+                initial_indent=indent + "--config ",
+                subsequent_indent=indent + " " * 9,
+            )
+        )
     return 0
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    model = _build(args.model, args.config)
-    prog = compile(
-        model.graph,
-        passes=_passes(args),
-        planner=args.algorithm,
-        alignment=args.alignment,
-        schedule=args.schedule,
-    )
+    _, prog = _compile(args, args.alignment)
     print(_summary(prog, args.alignment))
     if args.report:
         print(prog.report())
@@ -152,23 +195,21 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from tensorgraph.runtime.reference import run_reference
 
-    model = _build(args.model, args.config)
-    prog = compile(
-        model.graph, passes=_passes(args), planner=args.algorithm, schedule=args.schedule
-    )
+    model, prog = _compile(args)
     inputs = model.inputs(args.seed)
     expected = run_reference(prog.source, inputs)
-    prog.run(inputs, backend=args.backend)  # warm-up (MLX traces and compiles once)
+    began = time.perf_counter()
+    prog.run(inputs, backend=args.backend)  # the first run sets up the backend (MLX)
+    first = time.perf_counter() - began
     began = time.perf_counter()
     outputs = prog.run(inputs, backend=args.backend)
     seconds = time.perf_counter() - began
-    worst_abs, worst_rel, ok = _check(outputs, expected)
+    check = compare(outputs, expected)
     print(
-        f"{args.model} on {args.backend}: {seconds * 1000:.1f} ms, max abs error "
-        f"{worst_abs:.3g}, max rel error {worst_rel:.3g} vs the reference: "
-        f"{'OK' if ok else 'MISMATCH'}"
+        f"{args.model} on {args.backend}: {seconds * 1000:.1f} ms per run (first run "
+        f"{first * 1000:.1f} ms); {check} vs the reference interpreter"
     )
-    return 0 if ok else 1
+    return 0 if check.ok else 1
 
 
 def cmd_plan_csv(args: argparse.Namespace) -> int:
@@ -188,7 +229,7 @@ def cmd_plan_csv(args: argparse.Namespace) -> int:
     ratio = plan.arena_size / bound if bound else 1.0
     print(
         f"{path.name}: {len(buffers)} buffers, arena {plan.arena_size:,}, lower bound "
-        f"{bound:,}, ratio {ratio:.4f}, {args.algorithm} in {seconds:.3f} s"
+        f"{bound:,}, ratio {ratio:.4f}, {args.algorithm} in {seconds:.3f} s (verified)"
     )
     parts = path.name.split(".")
     if len(parts) >= 3 and parts[-2].isdigit():
@@ -205,7 +246,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     began = time.perf_counter()
-    _progress(1, 4, "building and compiling the llama model (passes, schedule, plan) ...")
+    _progress(1, 4, "compiling llama (passes, schedule, memory plan) ...")
     model = build_model("llama")
     prog = compile(model.graph)
     print(prog.report())
@@ -215,76 +256,97 @@ def cmd_demo(args: argparse.Namespace) -> int:
     outputs = prog.run(inputs, backend="mlx")
     mlx_seconds = time.perf_counter() - mlx_began
     _progress(3, 4, "checking against the NumPy reference interpreter ...")
-    expected = run_reference(prog.source, inputs)
-    worst_abs, worst_rel, ok = _check(outputs, expected)
-    print(
-        f"  MLX run {mlx_seconds:.2f} s; max abs error "
-        f"{worst_abs:.3g}, max rel error {worst_rel:.3g}: {'OK' if ok else 'MISMATCH'}"
-    )
+    check = compare(outputs, run_reference(prog.source, inputs))
+    print(f"  MLX run {mlx_seconds:.2f} s; {check}", flush=True)
     _progress(4, 4, "plotting the memory timeline ...")
     try:
         from tensorgraph.planner.timeline import plot_timeline
 
         path = plot_timeline(prog.plan, prog.graph, out / "llama_memory_timeline.png")
         print(f"  timeline plot: {path.resolve()}")
-    except TensorGraphError as err:
+    except TensorGraphError as err:  # no matplotlib: say how to get it, finish the rest
         print(f"  no plot: {err}")
     print(f"done in {time.perf_counter() - began:.1f} s")
-    return 0 if ok else 1
+    return 0 if check.ok else 1
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expects a positive int but got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"expects a positive number of seconds but got {text!r}")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
+    """The argument parser (subcommands carry their handler as `run`)."""
+    from tensorgraph import __version__
     from tensorgraph.planner.assign import ALGORITHMS
     from tensorgraph.planner.schedule import STRATEGIES
 
     top = _Parser(prog="tensorgraph", description="A memory-planning tensor-graph compiler.")
+    top.add_argument("--version", action="version", version=f"tensorgraph {__version__}")
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser("models", help="list the model zoo").set_defaults(run=cmd_models)
 
     def model_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("model")
-        sub.add_argument("--config", nargs="*", default=[], metavar="K=V")
+        sub.add_argument(
+            "--config", nargs="+", action="extend", default=[], metavar="K=V", help="config"
+        )
         sub.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="best")
         sub.add_argument("--schedule", choices=STRATEGIES, default="best")
         sub.add_argument(
             "--no",
             action="append",
             metavar="PASS",
-            help="switch a pass off (also --no-dce, --no-cse, ...)",
+            help="switch a pass off (also --no-dce, --no-cse, --no-view-alias, ...)",
         )
 
     compile_cmd = commands.add_parser("compile", help="compile a zoo model, print the plan")
     model_options(compile_cmd)
-    compile_cmd.add_argument("--alignment", type=int, default=64)
-    compile_cmd.add_argument("--report", action="store_true")
-    compile_cmd.add_argument("--plot", metavar="FILE")
-    compile_cmd.add_argument("--json", metavar="FILE")
+    compile_cmd.add_argument("--alignment", type=_positive_int, default=64)
+    compile_cmd.add_argument("--report", action="store_true", help="print the full report")
+    compile_cmd.add_argument("--plot", metavar="FILE", help="write the timeline PNG")
+    compile_cmd.add_argument("--json", metavar="FILE", help="write the plan as JSON")
     compile_cmd.set_defaults(run=cmd_compile)
 
     run_cmd = commands.add_parser("run", help="run a zoo model and check it")
     model_options(run_cmd)
     run_cmd.add_argument("--backend", choices=BACKENDS, default="mlx")
-    run_cmd.add_argument("--seed", type=int, default=0)
+    run_cmd.add_argument("--seed", type=int, default=0, help="seed of the example inputs")
     run_cmd.set_defaults(run=cmd_run)
 
     csv_cmd = commands.add_parser("plan-csv", help="plan a MiniMalloc CSV of buffers")
     csv_cmd.add_argument("file")
     csv_cmd.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="best")
-    csv_cmd.add_argument("--alignment", type=int, default=1)
-    csv_cmd.add_argument("--budget", type=float, default=None, metavar="SECONDS")
+    csv_cmd.add_argument("--alignment", type=_positive_int, default=1)
+    csv_cmd.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS")
     csv_cmd.set_defaults(run=cmd_plan_csv)
 
-    demo = commands.add_parser("demo", help="compile, run and plot the llama model")
-    demo.add_argument("--out", default=".", metavar="DIR")
+    demo = commands.add_parser("demo", help="compile, run, check and plot the llama model")
+    demo.add_argument("--out", default=".", metavar="DIR", help="where the plot goes")
     demo.set_defaults(run=cmd_demo)
     return top
 
 
 def _normalise(argv: list[str]) -> list[str]:
-    """`--no-cse` and `--no-view-alias` become `--no cse` / `--no view_alias`."""
+    """`--no-cse`, `--no_cse`, `--no-view-alias` become `--no cse` / `--no view-alias`."""
     result = []
     for arg in argv:
-        if arg.startswith("--no-"):
+        if arg.startswith(("--no-", "--no_")):
             result += ["--no", arg[len("--no-") :]]
         else:
             result.append(arg)
@@ -292,10 +354,13 @@ def _normalise(argv: list[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command in `argv` (default: sys.argv[1:]); returns the exit code."""
     argv = _normalise(list(sys.argv[1:] if argv is None else argv))
     try:
         args = parser().parse_args(argv)
         return args.run(args)
+    except SystemExit as done:  # --help and --version
+        return done.code if isinstance(done.code, int) else 0
     except UsageError as err:
         print(f"tensorgraph: error: {err}", file=sys.stderr)
         return 2
@@ -303,6 +368,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"tensorgraph: {type(err).__name__}: {first}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `tensorgraph models | head`: stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as err:
+        where = f": {err.filename}" if err.filename else ""
+        print(f"tensorgraph: error: {err.strerror or err}{where}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tensorgraph: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,13 +1,23 @@
-"""The `tensorgraph` command through its real entry point, in a subprocess."""
+"""The `tensorgraph` command through its real entry points (`python -m tensorgraph.cli`,
+and the installed console script when it is on PATH), in subprocesses: output, exit
+codes, and one-line errors without a traceback."""
 
-import struct
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "bench" / "minimalloc"
+from tensorgraph import cli
+from tests.planner.test_timeline import png_size
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+EXAMPLE_CSV = SHARED / "bench" / "minimalloc" / "examples" / "input.12.csv"
+ZOO_NAMES = ("mlp", "llama", "llama_decode", "gpt2", "resnet18", "mobilenet_v2")
 
 
 def tensorgraph(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -16,22 +26,37 @@ def tensorgraph(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=cwd,
+        cwd=cwd or REPO,
     )
 
 
-def png_size(path: Path) -> tuple[int, int]:
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG file"
-    assert data[12:16] == b"IHDR"
-    return struct.unpack(">II", data[16:24])
+def summary_passes(stdout: str) -> list[str]:
+    """The pass names of the compile summary's pass lines (indented two spaces)."""
+    return [
+        line.split()[0]
+        for line in stdout.splitlines()
+        if line.startswith("  ") and not line.startswith("   ") and "bytes_saved" in line
+    ]
 
 
-def test_models_lists_the_zoo() -> None:
+def test_models_lists_the_zoo_with_parameter_counts() -> None:
     result = tensorgraph("models")
-    assert result.returncode == 0
-    for name in ("mlp", "llama", "llama_decode", "gpt2", "resnet18", "mobilenet_v2"):
-        assert name in result.stdout
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
+    for name in ZOO_NAMES:
+        assert name in rows
+        assert int(rows[name][1].replace(",", "")) > 0, "a parameter count"
+    assert "--config" in result.stdout, "each model shows its config fields"
+
+
+@pytest.mark.skipif(shutil.which("tensorgraph") is None, reason="console script not installed")
+def test_installed_console_script_runs() -> None:
+    script = shutil.which("tensorgraph")
+    result = subprocess.run([script, "models"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == tensorgraph("models").stdout
+    bad = subprocess.run([script, "compile", "bert"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown model 'bert'" in bad.stderr
 
 
 def test_compile_prints_the_summary_and_writes_plot_and_json(tmp_path) -> None:
@@ -50,23 +75,40 @@ def test_compile_prints_the_summary_and_writes_plot_and_json(tmp_path) -> None:
     )
     assert result.returncode == 0, result.stderr
     for word in (
+        "buffers",
         "arena",
         "lower bound",
+        "ratio",
         "naive",
         "greedy_size",
         "constant segment",
         "planning time",
-        "live at the peak step",
+        "live at the peak step",  # from --report
     ):
         assert word in result.stdout
-    pass_lines = [
-        line.split()[0]
-        for line in result.stdout.splitlines()
-        if line.startswith("  ") and not line.startswith("   ") and "bytes_saved" in line
-    ]  # the summary's pass lines (the --report copy is indented deeper)
-    assert pass_lines == ["dce", "view_alias", "reinplace"], "--no-cse switches cse off"
+    assert summary_passes(result.stdout) == ["dce", "view_alias", "reinplace"]
     assert png_size(plot) == (1200, 600)
-    assert plan.read_text().startswith("{")
+    document = json.loads(plan.read_text())
+    arena_line = next(line for line in result.stdout.splitlines() if "  arena " in line)
+    assert f"{document['arena_size']:,}" in arena_line
+    assert "batch" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "off"),
+    [
+        (["--no-view-alias"], "view_alias"),
+        (["--no-view_alias"], "view_alias"),
+        (["--no_view_alias"], "view_alias"),
+        (["--no", "view-alias"], "view_alias"),
+        (["--no-dce", "--no-reinplace"], "dce reinplace"),
+    ],
+)
+def test_no_pass_flags_accept_both_spellings(flags, off) -> None:
+    result = tensorgraph("compile", "mlp", "--config", "batch=2", *flags)
+    assert result.returncode == 0, result.stderr
+    expected = [p for p in ("dce", "cse", "view_alias", "reinplace") if p not in off.split()]
+    assert summary_passes(result.stdout) == expected
 
 
 def test_run_checks_against_the_reference() -> None:
@@ -74,42 +116,129 @@ def test_run_checks_against_the_reference() -> None:
         result = tensorgraph("run", "mlp", "--backend", backend, "--config", "batch=4")
         assert result.returncode == 0, result.stderr
         assert "OK" in result.stdout and "max abs error" in result.stdout
+        assert "ms per run" in result.stdout
+
+
+def test_run_in_half_precision_uses_its_tolerance() -> None:
+    result = tensorgraph(
+        "run", "llama", "--config", "seq=16", "dim=64", "hidden=96", "dtype=float16"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout
+
+
+def test_run_exits_one_when_the_check_fails(monkeypatch, capsys) -> None:
+    import tensorgraph.runtime.reference as reference
+
+    exact = reference.run_reference
+    monkeypatch.setattr(
+        reference, "run_reference", lambda *a, **k: [o + 1.0 for o in exact(*a, **k)]
+    )
+    assert cli.main(["run", "mlp", "--backend", "arena", "--config", "batch=2"]) == 1
+    assert "MISMATCH" in capsys.readouterr().out
+
+
+def test_compare_tolerances_depend_on_dtype() -> None:
+    want = np.linspace(-1, 1, 64, dtype=np.float32)
+    assert cli.compare([want + 1e-6], [want]).ok
+    assert not cli.compare([want + 1e-3], [want]).ok
+    half = want.astype(np.float16)
+    assert cli.compare([half + np.float16(4e-3)], [half]).ok, "float16 keeps ~3 digits"
+    assert not cli.compare([half + np.float16(0.1)], [half]).ok
+    ints = np.arange(5, dtype=np.int32)
+    assert cli.compare([ints], [ints]).ok
+    assert not cli.compare([ints + 1], [ints]).ok, "integers must match exactly"
+    assert not cli.compare([want.astype(np.float64)], [want]).ok, "dtype differs"
+    assert not cli.compare([np.full(3, np.nan, np.float32)], [np.zeros(3, np.float32)]).ok
+    assert not cli.compare([want], [want, want]).ok, "output count differs"
 
 
 def test_plan_csv_reaches_the_example_capacity() -> None:
-    path = SHARED / "examples" / "input.12.csv"
-    if not path.exists():
-        pytest.skip(f"shared benchmark data not found at {path}")
-    result = tensorgraph("plan-csv", str(path))
+    if not EXAMPLE_CSV.exists():
+        pytest.skip(f"the shared MiniMalloc example is not at {EXAMPLE_CSV}")
+    result = tensorgraph("plan-csv", str(EXAMPLE_CSV))
     assert result.returncode == 0, result.stderr
-    # The example's lower bound is 12, which is also the capacity in its name.
-    assert "arena 12," in result.stdout and "fits" in result.stdout
+    # The five buffers of input.12.csv have a peak of 12 live bytes at one step, so no
+    # placement beats 12; an arena of 12 is optimal and equals the capacity in the name.
+    assert "5 buffers" in result.stdout
+    assert "arena 12," in result.stdout and "lower bound 12," in result.stdout
+    assert "capacity 12 (from the file name): fits" in result.stdout
+
+
+def test_plan_csv_without_capacity_in_the_name(tmp_path) -> None:
+    path = tmp_path / "tiny.csv"
+    path.write_text("id,lower,upper,size\n0,0,2,8\n1,1,3,8\n2,2,4,8\n")
+    result = tensorgraph("plan-csv", str(path), "--algorithm", "greedy_size")
+    assert result.returncode == 0, result.stderr
+    assert "3 buffers, arena 16, lower bound 16" in result.stdout
+    assert "capacity" not in result.stdout
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["compile", "bert"], "unknown model 'bert'"),
+        (["run", "bert"], "unknown model 'bert'"),
         (["compile", "mlp", "--algorithm", "magic"], "invalid choice"),
-        (["compile", "mlp", "--config", "depth=3"], "depth"),
-        (["compile", "mlp", "--no-fusion"], "fusion"),
+        (["compile", "mlp", "--config", "depth=3"], "unknown config field(s) ['depth']"),
+        (["compile", "mlp", "--config", "batch"], "expects key=value"),
+        (["compile", "llama", "--config", "heads=3"], "dim 256 is not divisible by heads 3"),
+        (["compile", "mlp", "--config", "batch=-2"], "MLPConfig.batch must be a positive"),
+        (["compile", "mlp", "--no-fusion"], "unknown pass(es) ['fusion']"),
+        (["compile", "mlp", "--alignment", "0"], "--alignment: expects a positive int"),
+        (["compile", "mlp", "--json", "/nonexistent/dir/plan.json"], "/nonexistent/dir"),
+        (["run", "mlp", "--backend", "cuda"], "invalid choice"),
         (["plan-csv", "/nonexistent.csv"], "no such file"),
+        (["plan-csv", str(REPO / "pyproject.toml")], "missing column"),
+        (["plan-csv", str(EXAMPLE_CSV), "--budget", "-1"], "--budget: expects a positive"),
         (["frobnicate"], "invalid choice"),
         ([], "required"),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_two(args, message) -> None:
     result = tensorgraph(*args)
-    assert result.returncode == 2
+    assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_help_and_version_exit_zero() -> None:
+    assert tensorgraph("--help").returncode == 0
+    version = tensorgraph("--version")
+    assert version.returncode == 0 and version.stdout.startswith("tensorgraph ")
+
+
 def test_demo_runs_end_to_end(tmp_path) -> None:
-    result = tensorgraph("demo", "--out", str(tmp_path))
+    result = tensorgraph("demo", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
-    assert "[4/4]" in result.stdout and "OK" in result.stdout
-    plot = tmp_path / "llama_memory_timeline.png"
+    lines = result.stdout.splitlines()
+    starts = [
+        next(i for i, line in enumerate(lines) if line.startswith(f"[{k}/4]")) for k in (1, 2, 3, 4)
+    ]
+    assert starts == sorted(starts), "progress lines in order"
+    assert "OK" in result.stdout and "live at the peak step" in result.stdout
+    plot = tmp_path / "out" / "llama_memory_timeline.png"
     assert png_size(plot) == (1200, 600)
     assert str(plot.resolve()) in result.stdout
+
+
+def test_demo_writes_into_the_current_directory_by_default(tmp_path) -> None:
+    result = tensorgraph("demo", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert png_size(tmp_path / "llama_memory_timeline.png") == (1200, 600)
+
+
+def test_demo_without_matplotlib_says_how_to_install_it(tmp_path) -> None:
+    block = "import sys; sys.modules['matplotlib'] = None; from tensorgraph.cli import main; "
+    result = subprocess.run(
+        [sys.executable, "-c", block + f"sys.exit(main(['demo', '--out', {str(tmp_path)!r}]))"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'tensorgraph[plot]'" in result.stdout
+    assert "[4/4]" in result.stdout and "OK" in result.stdout
+    assert not list(tmp_path.iterdir()), "no plot written"

@@ -1,16 +1,21 @@
 """The model zoo: real model graphs written with the builder, params bound to seeded
-random weights. `build_model(name, **config)` returns a `Model` (graph + inputs)."""
+random weights, so `tg.compile(model.graph).run(model.inputs(seed))` needs nothing else.
+
+`ZOO` maps each name to its builder, its default config (a frozen attrs class whose
+fields can be overridden by keyword) and a one-line description; `build_model(name,
+**config)` returns a `Model` (graph + example inputs). Every default config compiles
+and runs in well under a second on two CPU cores.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import attrs
 from attrs import frozen
 
 from tensorgraph.errors import GraphError
 from tensorgraph.models.cnn import MobileNetConfig, ResNetConfig, mobilenet_v2, resnet18
-from tensorgraph.models.common import Model, Weights
+from tensorgraph.models.common import Model, Weights, param_count
 from tensorgraph.models.gpt2 import GPT2Config, gpt2
 from tensorgraph.models.llama import LlamaConfig, LlamaDecodeConfig, llama, llama_decode
 from tensorgraph.models.mlp import MLPConfig, mlp
@@ -18,6 +23,9 @@ from tensorgraph.models.mlp import MLPConfig, mlp
 
 @frozen
 class ZooEntry:
+    """A zoo model: `build(config=None, **overrides) -> Model`, its config class (whose
+    no-argument instance is the default) and a one-line description."""
+
     build: Callable[..., Model]
     config: type
     description: str
@@ -42,18 +50,30 @@ ZOO: dict[str, ZooEntry] = {
 
 
 def build_model(name: str, **overrides: object) -> Model:
-    """The zoo model `name` with config fields overridden by keyword (GraphError names an
-    unknown model or config field)."""
+    """The zoo model `name` with config fields overridden by keyword. GraphError names an
+    unknown model, an unknown config field, or a bad value (`LlamaConfig.heads ...`)."""
     if name not in ZOO:
         raise GraphError(f"unknown model {name!r}; the zoo has: {', '.join(ZOO)}")
-    entry = ZOO[name]
-    fields = {f.name: f for f in attrs.fields(entry.config)}
-    unknown = sorted(set(overrides) - set(fields))
-    if unknown:
-        raise GraphError(
-            f"model {name!r}: unknown config field(s) {unknown}; fields: {', '.join(fields)}"
-        )
-    return entry.build(entry.config(**overrides))
+    return ZOO[name].build(**overrides)
 
 
-__all__ = ["ZOO", "Model", "Weights", "ZooEntry", "build_model"]
+__all__ = [
+    "ZOO",
+    "GPT2Config",
+    "LlamaConfig",
+    "LlamaDecodeConfig",
+    "MLPConfig",
+    "MobileNetConfig",
+    "Model",
+    "ResNetConfig",
+    "Weights",
+    "ZooEntry",
+    "build_model",
+    "gpt2",
+    "llama",
+    "llama_decode",
+    "mlp",
+    "mobilenet_v2",
+    "param_count",
+    "resnet18",
+]

@@ -1,20 +1,32 @@
 """Convolutional models: ResNet-18 and MobileNetV2, NCHW, batch norm in inference form.
 
 Batch norm is emitted as a per-channel scale and shift (`x * s + t`, with s, t params of
-shape (C, 1, 1)), which is how inference exporters fold running statistics."""
+shape (C, 1, 1)), which is how inference exporters fold running statistics. The two
+models share that conv + batch-norm unit, so they share this module (the torch
+importer's examples reuse MOBILENET_V2_STAGES from here)."""
 
 from __future__ import annotations
 
-from attrs import frozen
+from attrs import field, frozen
 
 import tensorgraph as tg
 from tensorgraph.ir.builder import Tensor
-from tensorgraph.models.common import Model, Weights, random_inputs
+from tensorgraph.models.common import (
+    Model,
+    Weights,
+    dtype_of,
+    make_config,
+    model_dtype,
+    positive_float,
+    positive_int,
+    random_inputs,
+)
 
 
 def _conv_bn(
     w: Weights, x: Tensor, name: str, out_ch: int, kernel: int, stride: int = 1, groups: int = 1
 ) -> Tensor:
+    """`kernel` x `kernel` conv ('same' padding for odd kernels, no bias) then folded BN."""
     in_ch = x.shape[1]
     weight = w.normal(
         f"{name}.w",
@@ -29,18 +41,24 @@ def _conv_bn(
 
 @frozen
 class ResNetConfig:
-    batch: int = 1
-    image: int = 64
-    width: int = 32
-    classes: int = 100
+    """Input images are (batch, 3, image, image); stage s has width * 2**s channels."""
+
+    batch: int = field(default=1, validator=positive_int)
+    image: int = field(default=64, validator=positive_int)
+    width: int = field(default=32, validator=positive_int)
+    classes: int = field(default=100, validator=positive_int)
+    dtype: str = field(default="float32", validator=model_dtype)
 
 
-def resnet18(config: ResNetConfig = ResNetConfig()) -> Model:
-    """ResNet-18: stem (7x7/2 conv, 3x3/2 max pool), four stages of two basic blocks."""
-    c = config
+def resnet18(config: ResNetConfig | None = None, /, **overrides: object) -> Model:
+    """ResNet-18: stem (7x7/2 conv, 3x3/2 max pool), four stages of two basic blocks, global
+    average pool (a mean) and a linear head. Fields of `config` (default ResNetConfig())
+    may be overridden by keyword."""
+    c = make_config(ResNetConfig, config, overrides)
+    dtype = dtype_of(c.dtype)
     g = tg.Graph("resnet18")
-    w = Weights(g)
-    x = g.input("image", (c.batch, 3, c.image, c.image), tg.float32)
+    w = Weights(g, dtype=dtype)
+    x = g.input("image", (c.batch, 3, c.image, c.image), dtype)
     h = tg.relu(_conv_bn(w, x, "stem", c.width, 7, stride=2))
     h = tg.max_pool2d(h, 3, stride=2, padding=1)
     channels = c.width
@@ -66,10 +84,13 @@ def resnet18(config: ResNetConfig = ResNetConfig()) -> Model:
 
 @frozen
 class MobileNetConfig:
-    batch: int = 1
-    image: int = 64
-    width: float = 0.5
-    classes: int = 100
+    """Input images are (batch, 3, image, image); `width` multiplies every channel count."""
+
+    batch: int = field(default=1, validator=positive_int)
+    image: int = field(default=64, validator=positive_int)
+    width: float = field(default=0.5, validator=positive_float)
+    classes: int = field(default=100, validator=positive_int)
+    dtype: str = field(default="float32", validator=model_dtype)
 
 
 # (expansion, output channels, repeats, first stride): MobileNetV2's table.
@@ -93,12 +114,15 @@ def _channels(value: float) -> int:
     return max(8, int(value + 4) // 8 * 8)
 
 
-def mobilenet_v2(config: MobileNetConfig = MobileNetConfig()) -> Model:
-    """MobileNetV2: inverted residual blocks (1x1 expand, 3x3 depthwise, 1x1 project)."""
-    c = config
+def mobilenet_v2(config: MobileNetConfig | None = None, /, **overrides: object) -> Model:
+    """MobileNetV2: inverted residual blocks (1x1 expand, 3x3 depthwise with groups equal
+    to the channels, 1x1 project; a residual add where shapes allow), ReLU6 as a clip.
+    Fields of `config` (default MobileNetConfig()) may be overridden by keyword."""
+    c = make_config(MobileNetConfig, config, overrides)
+    dtype = dtype_of(c.dtype)
     g = tg.Graph("mobilenet_v2")
-    w = Weights(g)
-    x = g.input("image", (c.batch, 3, c.image, c.image), tg.float32)
+    w = Weights(g, dtype=dtype)
+    x = g.input("image", (c.batch, 3, c.image, c.image), dtype)
     h = _relu6(_conv_bn(w, x, "stem", _channels(32 * c.width), 3, stride=2))
     for s, (expand, out, repeats, first_stride) in enumerate(MOBILENET_V2_STAGES):
         out_ch = _channels(out * c.width)

@@ -1,10 +1,17 @@
 """The memory plan of a compiled graph: byte offsets for every value, one arena.
 
-`plan_memory` runs liveness, an offset algorithm, and (in debug) the independent
-verifier. Invariants of a `MemoryPlan`: every arena buffer sits at an aligned offset
-inside `[0, arena_size)`; buffers whose lifetimes overlap share no byte; a view's offset
-is its root's plus the view's byte offset; `lower_bound <= arena_size <= total_unshared`
-(the last because `best` never does worse than `naive`).
+`plan_memory` runs liveness, an offset algorithm, and (with `check`, on in debug mode)
+the independent verifier. Invariants of a `MemoryPlan`:
+
+- every arena buffer sits at an `alignment`-aligned offset inside `[0, arena_size)`, and
+  `arena_size` is a multiple of `alignment`;
+- buffers whose lifetimes overlap share no byte;
+- `offsets` covers every node whose storage is in the arena: a root at its buffer's
+  offset, a view or in-place node at its root's offset plus its byte offset in the root;
+- params and constants outside the arena sit back to back in the constant segment
+  (`constant_offsets`, each aligned, none shared; views of them included);
+- `lower_bound <= arena_size <= total_unshared` (the last as every algorithm places a
+  buffer at the lowest offset above the buffers it conflicts with).
 """
 
 from __future__ import annotations
@@ -25,15 +32,18 @@ from tensorgraph.planner.verify import verify_assignment
 
 @frozen
 class MemoryPlan:
-    """Where every value of a compiled graph lives (see the module docstring)."""
+    """Where every value of a compiled graph lives (see the module docstring).
+
+    Sizes and offsets are bytes. `buffer_offsets` is what the algorithm chose per buffer
+    (root id); `offsets` derives every arena node's offset from it."""
 
     arena_size: int
     lower_bound: int
     offsets: Mapping[int, int]
+    buffer_offsets: Mapping[int, int]
     constant_offsets: Mapping[int, int]
     constant_size: int
     buffers: tuple[Buffer, ...]
-    buffer_offsets: Mapping[int, int]
     liveness: Liveness
     algorithm: str
     alignment: int
@@ -41,11 +51,12 @@ class MemoryPlan:
 
     @property
     def total_unshared(self) -> int:
-        """Bytes with no reuse at all: the sum of aligned buffer sizes (naive arena)."""
+        """Bytes with no reuse at all: the sum of aligned buffer sizes (the naive arena)."""
         return sum(align_up(b.size, self.alignment) for b in self.buffers)
 
     @property
     def bytes_saved(self) -> int:
+        """Bytes that reuse saves over the naive arena: `total_unshared - arena_size`."""
         return self.total_unshared - self.arena_size
 
     @property
@@ -55,20 +66,24 @@ class MemoryPlan:
 
     @property
     def peak_step(self) -> int:
+        """The first schedule step with the most live bytes."""
         return self.liveness.peak_step()
 
     def live_at_peak(self) -> list[Buffer]:
-        """Buffers live at the peak step, largest first: what to change to shrink the arena."""
+        """The buffers live at the peak step, largest first. A buffer's id is the node
+        that produces it (its root); these are what to change to shrink the arena."""
         return sorted(self.liveness.live_at(self.peak_step), key=lambda b: (-b.size, b.id))
 
     def report(self, graph: Graph, top: int = 20) -> str:
-        """A text report: summary, the largest buffers by offset, and the peak's buffers."""
+        """A text report of this plan for `graph` (the planned one): summary, the `top`
+        largest buffers by offset, and the buffers live at the peak step."""
         from tensorgraph.planner.report import format_plan
 
         return format_plan(self, graph, top)
 
     def to_json(self) -> str:
-        """The plan for tools: sizes, buffers with lifetimes and offsets, node offsets."""
+        """The plan for tools: sizes, buffers with lifetimes and offsets, node offsets and
+        the constant segment (JSON object keys are node ids as strings)."""
         document = {
             "arena_size": self.arena_size,
             "lower_bound": self.lower_bound,
@@ -77,6 +92,7 @@ class MemoryPlan:
             "planning_seconds": self.planning_seconds,
             "total_unshared": self.total_unshared,
             "peak_step": self.peak_step,
+            "live_at_peak": [b.id for b in self.live_at_peak()],
             "buffers": [
                 {
                     "id": b.id,
@@ -95,6 +111,18 @@ class MemoryPlan:
         return json.dumps(document)
 
 
+def _constant_segment(graph: Graph, liveness: Liveness, alignment: int) -> tuple[dict, int]:
+    """Offsets of constant-segment roots laid back to back (aligned), then their aliases."""
+    offsets, cursor = {}, 0
+    for root in liveness.constants:
+        offsets[root] = cursor
+        cursor = align_up(cursor + graph.node(root).nbytes, alignment)
+    for node_id, where in liveness.storage.items():
+        if where.root in offsets and node_id != where.root:
+            offsets[node_id] = offsets[where.root] + where.offset
+    return offsets, cursor
+
+
 def plan_memory(
     graph: Graph,
     algorithm: str = "best",
@@ -104,14 +132,20 @@ def plan_memory(
     tail_guard: int = 0,
     check: bool = False,
 ) -> MemoryPlan:
-    """Plan `graph` in its node order. `alignment` must be a positive integer (bytes);
-    with `check`, `verify_assignment` validates the offsets whatever algorithm made them.
-    Raises PlanError on a bad alignment or an assignment that fails verification."""
+    """Plan `graph` in its node order with offset algorithm `algorithm`.
+
+    `alignment` (bytes) may be any positive integer, not only a power of two: the
+    algorithms and the verifier only ever round offsets up to a multiple of it.
+    `time_budget` (seconds) bounds `best`; `params_in_arena` and `tail_guard` are passed
+    to `liveness.analyze`. With `check`, `verify_assignment` validates the offsets,
+    whatever algorithm made them. Raises PlanError naming the bad alignment, tail guard
+    or algorithm, or the two buffers of an assignment that fails verification."""
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1:
-        raise PlanError(f"alignment must be a positive integer but got {alignment!r}")
+        raise PlanError(f"alignment must be a positive integer (bytes) but got {alignment!r}")
     began = time.perf_counter()
     liveness = analyze(graph, params_in_arena=params_in_arena, tail_guard=tail_guard)
     assignment = assign_offsets(liveness.buffers, algorithm, alignment, time_budget)
+    seconds = time.perf_counter() - began
     if check:
         verify_assignment(liveness.buffers, assignment, alignment)
     offsets = {
@@ -119,23 +153,17 @@ def plan_memory(
         for node_id, where in liveness.storage.items()
         if where.root in assignment.offsets
     }
-    constant_offsets, cursor = {}, 0
-    for root in liveness.constants:
-        constant_offsets[root] = cursor
-        cursor = align_up(cursor + graph.node(root).nbytes, alignment)
-    for node_id, where in liveness.storage.items():
-        if where.root in constant_offsets and node_id not in constant_offsets:
-            constant_offsets[node_id] = constant_offsets[where.root] + where.offset
+    constant_offsets, constant_size = _constant_segment(graph, liveness, alignment)
     return MemoryPlan(
         arena_size=align_up(assignment.arena_size, alignment),
         lower_bound=lower_bound(liveness.buffers, alignment),
         offsets=offsets,
-        constant_offsets=constant_offsets,
-        constant_size=cursor,
-        buffers=liveness.buffers,
         buffer_offsets=dict(assignment.offsets),
+        constant_offsets=constant_offsets,
+        constant_size=constant_size,
+        buffers=liveness.buffers,
         liveness=liveness,
         algorithm=algorithm,
         alignment=alignment,
-        planning_seconds=time.perf_counter() - began,
+        planning_seconds=seconds,
     )

@@ -1,78 +1,183 @@
 """Text reports: what the passes did and where every byte of the arena goes.
 
-Read top to bottom: the summary line (arena vs lower bound vs no reuse), then the
-largest buffers by offset, then the buffers live at the peak step with the ops that
-make them: that list is what a user must change to shrink the arena."""
+Read top to bottom: the pass table (what each pass removed, merged, aliased or
+reinplaced, and the lower bound after it), the schedule, the plan summary (arena vs
+lower bound vs no reuse), the largest buffers by offset, then the buffers live at the
+peak step with the ops that make them and the ops that last read them: that list is
+what a user must change to shrink the arena. Every line fits in `WIDTH` characters;
+long tables show the `top` largest rows and say how many more there are.
+"""
 
 from __future__ import annotations
 
-from tensorgraph.ir.graph import Graph, label
+import textwrap
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import Node
+from tensorgraph.ir.ops import INPLACE_ATTR
+
+if TYPE_CHECKING:
+    from tensorgraph.compiler import Program
+    from tensorgraph.planner.plan import MemoryPlan
+
+WIDTH = 100
+UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
 def human(nbytes: int) -> str:
-    """Bytes in binary units with three significant digits (`1.50 MiB`)."""
+    """Bytes in binary units with two decimals (`1.50 MiB`); plain bytes below 1 KiB."""
     value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
+    for unit in UNITS[:-1]:
+        if abs(value) < 1024:
             return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1024
-    raise AssertionError("unreachable")
+    return f"{value:.2f} {UNITS[-1]}"
 
 
-def _describe_buffer(graph: Graph, root: int) -> tuple[str, str, str]:
-    node = graph.node(root)
-    return f"%{root} {label(node) if node.name else ''}".strip(), node.op, f"{node.shape}"
+def _fit(text: str, width: int) -> str:
+    """`text` cut to at most `width` characters, marked with `..` when cut."""
+    return text if len(text) <= width else text[: width - 2] + ".."
 
 
-def format_plan(plan: object, graph: Graph, top: int = 20) -> str:
-    """The plan's report (see module docstring); at most `top` rows per table."""
+def _number(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def _name(node: Node) -> str:
+    return f"%{node.id} {node.name!r}" if node.name else f"%{node.id}"
+
+
+def _shape(node: Node) -> str:
+    return "(" + ", ".join(map(str, node.shape)) + ("," if len(node.shape) == 1 else "") + ")"
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def _holders_at(plan: MemoryPlan, graph: Graph, step: int) -> dict[int, Node]:
+    """Root id -> the last node written in place into its bytes at or before `step`."""
+    live = plan.liveness
+    holders: dict[int, Node] = {}
+    for node_id in live.steps[: step + 1]:
+        node = graph.node(node_id)
+        if node.attr(INPLACE_ATTR, -1) != -1:
+            holders[live.storage[node_id].root] = node
+    return holders
+
+
+def _last_reader(plan: MemoryPlan, graph: Graph, root: int) -> str:
+    step = plan.liveness.last_read[root]
+    if step >= len(plan.liveness.steps):
+        return "output"
+    reader = graph.node(plan.liveness.steps[step])
+    return f"%{reader.id} {reader.op}"
+
+
+def _buffer_table(plan: MemoryPlan, graph: Graph, top: int) -> list[str]:
+    shown = sorted(plan.buffers, key=lambda b: (-b.size, b.id))[:top]
+    hidden = len(plan.buffers) - len(shown)
+    chosen = f"the {len(shown)} largest of {len(plan.buffers)}" if hidden else f"all {len(shown)}"
+    title = f"buffers by offset ({chosen}):"
+    header = (
+        f"  {'offset':>11} {'bytes':>11}  {'lifetime':<11} {'buffer':<12} {'op':<12} "
+        f"{'shape':<18} dtype"
+    )
+    lines = [title, header]
+    for b in sorted(shown, key=lambda b: (plan.buffer_offsets[b.id], b.id)):
+        node = graph.node(b.id)
+        lines.append(
+            f"  {plan.buffer_offsets[b.id]:>11,} {b.size:>11,}  "
+            f"{_fit(f'[{b.start}, {b.end})', 11):<11} {_fit(_name(node), 12):<12} "
+            f"{_fit(node.op, 12):<12} {_fit(_shape(node), 18):<18} {node.dtype}"
+        )
+    if hidden:
+        rest = sum(b.size for b in plan.buffers) - sum(b.size for b in shown)
+        lines.append(f"  ... {hidden} more buffers ({human(rest)}) not shown")
+    return lines
+
+
+def _peak_list(plan: MemoryPlan, graph: Graph, top: int) -> list[str]:
+    """Buffers live at the peak: producing op, the in-place op whose value the bytes
+    hold at the peak (if any), and the op whose read keeps them alive."""
+    peak = plan.live_at_peak()
+    step = plan.peak_step
+    total = sum(b.size for b in peak)
+    holders = _holders_at(plan, graph, step)
+    lines = [
+        f"live at the peak step {step}: {human(total)} in {len(peak)} buffers "
+        "(shrink these to shrink the arena):",
+        f"  {'bytes':>10} {'share':>5}  {'buffer':<8} {'op':<10} {'shape':<15} "
+        f"{'lifetime':<11} {'holds now':<13} last read by",
+    ]
+    for b in peak[:top]:
+        node = graph.node(b.id)
+        holder = holders.get(b.id)
+        now = f"%{holder.id} {holder.op}" if holder is not None else "-"
+        share = 100 * b.size / total if total else 0.0
+        lines.append(
+            f"  {human(b.size):>10} {share:>4.0f}%  {_fit(_name(node), 8):<8} "
+            f"{_fit(node.op, 10):<10} {_fit(_shape(node), 15):<15} "
+            f"{_fit(f'[{b.start}, {b.end})', 11):<11} {_fit(now, 13):<13} "
+            f"{_fit(_last_reader(plan, graph, b.id), 18)}"
+        )
+    if len(peak) > top:
+        rest = total - sum(b.size for b in peak[:top])
+        lines.append(f"  ... {len(peak) - top} more buffers ({human(rest)})")
+    return lines
+
+
+def format_plan(plan: MemoryPlan, graph: Graph, top: int = 20) -> str:
+    """The plan's report (see the module docstring); at most `top` rows per table."""
+    steps = len(plan.liveness.steps)
+    saved = 100 * plan.bytes_saved / plan.total_unshared if plan.total_unshared else 0.0
     lines = [
         f"memory plan ({plan.algorithm}, alignment {plan.alignment} B, "
-        f"{plan.planning_seconds * 1000:.1f} ms): {len(plan.buffers)} buffers",
-        f"  arena {human(plan.arena_size)} ({plan.arena_size} B) | lower bound "
-        f"{human(plan.lower_bound)} | ratio {plan.ratio:.3f} | no reuse "
-        f"{human(plan.total_unshared)} | saved {human(plan.bytes_saved)}",
-        f"  constant segment {human(plan.constant_size)} "
+        f"{plan.planning_seconds * 1000:.1f} ms): {len(plan.buffers)} buffers over {steps} steps",
+        f"  arena {human(plan.arena_size)} ({plan.arena_size:,} B) | lower bound "
+        f"{human(plan.lower_bound)} | ratio {plan.ratio:.3f}",
+        f"  no reuse {human(plan.total_unshared)} | saved {human(plan.bytes_saved)} "
+        f"({saved:.1f}%) | constant segment {human(plan.constant_size)} "
         f"({len(plan.liveness.constants)} params/constants)",
     ]
-    biggest = sorted(plan.buffers, key=lambda b: (-b.size, b.id))[:top]
-    lines.append(f"  largest buffers, by offset ({len(biggest)} of {len(plan.buffers)}):")
-    lines.append(f"    {'offset':>12} {'bytes':>12}  {'lifetime':<13} {'value':<18} op / shape")
-    for b in sorted(biggest, key=lambda b: (plan.buffer_offsets[b.id], b.id)):
-        name, op, shape = _describe_buffer(graph, b.id)
-        lifetime = f"[{b.start}, {b.end})"
-        lines.append(
-            f"    {plan.buffer_offsets[b.id]:>12} {b.size:>12}  {lifetime:<13} {name:<18} "
-            f"{op} {shape}"
-        )
-    peak = plan.live_at_peak()
-    curve = plan.liveness.live_bytes()
-    peak_bytes = curve[plan.peak_step] if curve else 0
-    lines.append(
-        f"  live at the peak step {plan.peak_step} ({human(peak_bytes)} in {len(peak)} "
-        "buffers); shrink these to shrink the arena:"
-    )
-    for b in peak[:top]:
-        name, op, shape = _describe_buffer(graph, b.id)
-        lines.append(f"    {human(b.size):>12}  {name:<18} {op} {shape} lives [{b.start}, {b.end})")
-    if len(peak) > top:
-        lines.append(f"    ... {len(peak) - top} more")
-    return "\n".join(lines)
+    lines += _buffer_table(plan, graph, top)
+    lines += _peak_list(plan, graph, top)
+    return "\n".join(_fit(line, WIDTH) for line in lines)
 
 
-def format_program_report(program: object) -> str:
-    """Pass statistics, scheduling, then the plan's report."""
+# ---------------------------------------------------------------- the program
+
+
+def _pass_table(stats: Mapping[str, Mapping[str, object]]) -> list[str]:
+    """One row per pass: the counters every pass has as columns, the rest as details."""
+    rows = list(stats.items())
+    common = [k for k in rows[0][1] if all(k in counters for _, counters in rows)]
+    columns = [(k, max(len(k), *(len(_number(c[k])) for _, c in rows))) for k in common]
+    head = "  ".join(f"{k.replace('_', ' '):>{w}}" for k, w in columns)
+    lines = [f"  {'pass':<12}{head}  details"]
+    for name, counters in rows:
+        cells = "  ".join(f"{_number(counters[k]):>{w}}" for k, w in columns)
+        details = ", ".join(f"{k} {_number(v)}" for k, v in counters.items() if k not in common)
+        lines.append(f"  {_fit(name, 11):<12}{cells}  {details or '-'}")
+    return lines
+
+
+def format_program_report(program: Program) -> str:
+    """A compiled program's report: node counts, the pass table, the schedule stats, then
+    the plan's report (`MemoryPlan.report`). Lines fit in `WIDTH` characters."""
     lines = [
         f"program {program.graph.name!r}: {len(program.source)} nodes in, "
-        f"{len(program.graph)} nodes after passes"
+        f"{len(program.graph)} after passes"
     ]
     if program.stats:
-        lines.append("  passes:")
-        for name, stats in program.stats.items():
-            counters = ", ".join(f"{k} {v}" for k, v in stats.items())
-            lines.append(f"    {name:<11} {counters}")
+        lines.append("passes:")
+        lines += _pass_table(program.stats)
     if program.schedule_stats:
-        counters = ", ".join(f"{k} {v}" for k, v in program.schedule_stats.items())
-        lines.append(f"  schedule: {counters}")
+        counters = ", ".join(f"{k} {_number(v)}" for k, v in program.schedule_stats.items())
+        lines += textwrap.wrap(
+            f"schedule: {counters}", WIDTH, subsequent_indent="  ", break_on_hyphens=False
+        )
+    lines = [_fit(line, WIDTH) for line in lines]
     lines.append(program.plan.report(program.graph))
     return "\n".join(lines)

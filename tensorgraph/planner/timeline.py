@@ -2,20 +2,25 @@
 
 x is the schedule step, y the byte offset; a buffer is the rectangle spanning its
 lifetime `[start, end)` and its planned bytes `[offset, offset + size)`, coloured by the
-kind of op that produces it. The lower-bound curve (live bytes per step) and the arena
-size are drawn over it, so gaps between the curve and the arena line show where the
-plan loses bytes to fragmentation. Drawn with one PatchCollection, so a 2,000-buffer
-plan renders in about a second; only the largest buffers get a label.
+registry category of the op that produces it. The lower-bound curve (live bytes per
+step, a step plot) and the arena size are drawn over it: where the curve stays below the
+arena line at the peak, the plan loses bytes to fragmentation. All rectangles go into
+one PatchCollection, so a 2,000-buffer plan renders in about a second; only the largest
+buffers that have room for their text get a label.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from tensorgraph.errors import TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.ops import OPS
+from tensorgraph.planner.plan import MemoryPlan
+from tensorgraph.planner.report import human
 
+# One colour per op registry category (Tableau 10, with grey for the boundary ops).
 KIND_COLOURS = {
     "boundary": "#9e9e9e",
     "elementwise": "#4e79a7",
@@ -30,9 +35,15 @@ KIND_COLOURS = {
     "generator": "#9c755f",
     "other": "#cccccc",
 }
+# Past this many rectangles their white outlines would hide the colours.
+OUTLINE_LIMIT = 400
+LABEL_FONT_SIZE = 7
+# Rough width of one label character at LABEL_FONT_SIZE, in pixels at 100 dpi.
+LABEL_CHAR_PIXELS = 4.5
 
 
 def _pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display needed)."""
     try:
         import matplotlib
 
@@ -45,8 +56,12 @@ def _pyplot():
     return plt
 
 
+def _kind(graph: Graph, node_id: int) -> str:
+    return OPS[graph.node(node_id).op].category
+
+
 def plot_timeline(
-    plan: object,
+    plan: MemoryPlan,
     graph: Graph,
     path: str | Path,
     *,
@@ -55,75 +70,112 @@ def plot_timeline(
     size: tuple[float, float] = (12, 6),
     dpi: int = 100,
 ) -> Path:
-    """Write the timeline of `plan` (for `graph`) as a PNG at `path`; returns the path.
-
-    The image is `size` inches at `dpi` (1200x600 pixels by default). Raises
-    TensorGraphError when matplotlib is not installed."""
+    """Write the timeline of `plan` (made for `graph`, the compiled graph whose node ids
+    the buffers carry) as a PNG at `path`, creating missing parent folders; returns the
+    path. The image is `size` inches at `dpi` (1200x600 pixels by default). At most
+    `label_top` buffers are labelled: the largest by bytes (longer lifetime first among
+    equals) whose rectangle holds the text. Raises TensorGraphError when matplotlib is
+    not installed, OSError when the file cannot be written."""
     plt = _pyplot()
     from matplotlib.collections import PatchCollection
     from matplotlib.patches import Patch, Rectangle
+    from matplotlib.ticker import FuncFormatter, MultipleLocator
 
     path = Path(path)
-    figure, axes = plt.subplots(figsize=size, dpi=dpi)
-    rectangles, colours, kinds = [], [], set()
-    for b in plan.buffers:
-        kind = OPS[graph.node(b.id).op].category
-        kinds.add(kind)
-        rectangles.append(
-            Rectangle((b.start, plan.buffer_offsets[b.id]), b.end - b.start, max(b.size, 1))
-        )
-        colours.append(KIND_COLOURS.get(kind, KIND_COLOURS["other"]))
-    axes.add_collection(
-        PatchCollection(
-            rectangles, facecolors=colours, edgecolors="white", linewidths=0.3, alpha=0.9
-        )
-    )
-    curve = plan.liveness.live_bytes()
     steps = len(plan.liveness.steps)
-    if curve:
-        axes.step(
-            range(steps),
-            curve,
-            where="post",
-            color="black",
-            linewidth=1.2,
-            label="live bytes (lower bound curve)",
+    curve = plan.liveness.live_bytes()
+    top = max(plan.arena_size, max(curve, default=0), 1)
+    figure, axes = plt.subplots(figsize=size, dpi=dpi)
+    try:
+        kinds = sorted({_kind(graph, b.id) for b in plan.buffers})
+        rectangles = [
+            Rectangle((b.start, plan.buffer_offsets[b.id]), b.end - b.start, b.size)
+            for b in plan.buffers
+        ]
+        colours = [
+            KIND_COLOURS.get(_kind(graph, b.id), KIND_COLOURS["other"]) for b in plan.buffers
+        ]
+        outline = len(rectangles) <= OUTLINE_LIMIT
+        axes.add_collection(
+            PatchCollection(
+                rectangles,
+                facecolors=colours,
+                edgecolors="white" if outline else "none",
+                linewidths=0.3 if outline else 0.0,
+                alpha=0.9,
+            )
         )
-    axes.axhline(
-        plan.arena_size,
-        color="#d62728",
-        linestyle="--",
-        linewidth=1.2,
-        label=f"arena {plan.arena_size:,} B",
-    )
-    for b in sorted(plan.buffers, key=lambda b: -b.size)[:label_top]:
-        node = graph.node(b.id)
+        if curve:  # repeat the last value so the step plot covers the last step too
+            axes.step(
+                range(steps + 1),
+                [*curve, curve[-1]],
+                where="post",
+                color="black",
+                linewidth=1.2,
+                label=f"live bytes (lower bound {human(plan.lower_bound)})",
+            )
+        axes.axhline(
+            plan.arena_size,
+            color="#d62728",
+            linestyle="--",
+            linewidth=1.2,
+            label=f"arena {human(plan.arena_size)}",
+        )
+        axes.set_xlim(0, max(steps, 1))
+        axes.set_ylim(0, top * 1.05)
+        # Ticks at a power-of-two step (128 KiB, 256 KiB, ...): round numbers in binary units.
+        axes.yaxis.set_major_locator(MultipleLocator(2 ** max(math.ceil(math.log2(top / 6)), 0)))
+        axes.yaxis.set_major_formatter(
+            FuncFormatter(lambda value, _: human(int(value)).replace(".00", ""))
+        )
+        axes.set_xlabel("schedule step")
+        axes.set_ylabel("byte offset")
+        axes.set_title(
+            title
+            or f"{graph.name}: {len(plan.buffers)} buffers, arena {plan.arena_size:,} B, "
+            f"lower bound {plan.lower_bound:,} B ({plan.ratio:.3f}x)"
+        )
+        handles, _ = axes.get_legend_handles_labels()
+        handles += [Patch(color=KIND_COLOURS.get(k, KIND_COLOURS["other"]), label=k) for k in kinds]
+        axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+        figure.tight_layout()
+        _label_largest(axes, plan, graph, label_top, dpi)  # after layout: final pixel sizes
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=dpi)
+    finally:
+        plt.close(figure)
+    return path
+
+
+def _label_largest(axes: object, plan: MemoryPlan, graph: Graph, count: int, dpi: int) -> None:
+    """Label up to `count` buffers, largest first, each inside its rectangle: written
+    across when the rectangle is wide enough, up the side when only tall enough, and
+    skipped when neither (an unreadable label hides more than it tells)."""
+    to_pixels = axes.transData.transform
+    char_pixels = LABEL_CHAR_PIXELS * dpi / 100
+    placed = 0
+    for b in sorted(plan.buffers, key=lambda b: (-b.size, b.start - b.end, b.id)):
+        if placed >= count:
+            break
+        offset = plan.buffer_offsets[b.id]
+        text = f"%{b.id} {graph.node(b.id).op}"
+        (left, bottom), (right, upper) = to_pixels([(b.start, offset), (b.end, offset + b.size)])
+        width, height = right - left, upper - bottom
+        needed, line = len(text) * char_pixels, 2 * LABEL_FONT_SIZE * dpi / 72
+        if width >= needed and height >= line:
+            rotation = 0
+        elif height >= needed and width >= line:
+            rotation = 90
+        else:
+            continue
         axes.text(
-            b.start + (b.end - b.start) / 2,
-            plan.buffer_offsets[b.id] + b.size / 2,
-            f"%{b.id} {node.op}",
+            (b.start + b.end) / 2,
+            offset + b.size / 2,
+            text,
             ha="center",
             va="center",
-            fontsize=7,
+            rotation=rotation,
+            fontsize=LABEL_FONT_SIZE,
             clip_on=True,
         )
-    axes.set_xlim(0, max(steps, 1))
-    axes.set_ylim(0, max(plan.arena_size, max(curve, default=0), 1) * 1.05)
-    axes.set_xlabel("schedule step")
-    axes.set_ylabel("byte offset")
-    ratio = plan.arena_size / plan.lower_bound if plan.lower_bound else 1.0
-    axes.set_title(
-        title
-        or f"{graph.name}: {len(plan.buffers)} buffers, arena "
-        f"{plan.arena_size:,} B, lower bound {plan.lower_bound:,} B ({ratio:.3f}x)"
-    )
-    handles, _ = axes.get_legend_handles_labels()
-    handles += [
-        Patch(color=KIND_COLOURS.get(k, KIND_COLOURS["other"]), label=k) for k in sorted(kinds)
-    ]
-    axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=dpi)
-    plt.close(figure)
-    return path
+        placed += 1
