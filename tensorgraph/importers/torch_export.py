@@ -6,7 +6,7 @@ what the export says and nothing cleverer: tensorgraph's own passes make the
 difference. Parameters, buffers and lifted constants become params bound to their values;
 user inputs become inputs named after the export's placeholders. Afterwards
 computations on weights alone (a transposed `nn.Linear` weight, batch-norm scale and
-shift) are folded into params (`importers.fold`), as ExecuTorch's constant propagation
+shift) are folded into params (`passes.fold`), as ExecuTorch's constant propagation
 does. Unsupported ops raise one GraphError listing every one of them with its nodes.
 Needs the `torch` extra.
 """
@@ -20,7 +20,7 @@ import numpy as np
 
 import tensorgraph as tg
 from tensorgraph.errors import GraphError
-from tensorgraph.importers.fold import fold_weights
+from tensorgraph.passes.fold import fold_weights
 from tensorgraph.ir.builder import Tensor
 
 try:
