@@ -13,6 +13,7 @@ from tensorgraph.compiler import DEFAULT_PASSES, Program, compile
 from tensorgraph.errors import (
     DTypeError,
     GraphError,
+    LoadError,
     PlanError,
     RunError,
     ShapeError,
@@ -99,6 +100,14 @@ from tensorgraph.ir.dtypes import (
 from tensorgraph.ir.graph import Graph
 
 __version__ = "0.1.0"
+
+
+def load(path: str) -> Program:
+    """A program saved with `Program.save`, ready to run without recompiling (LoadError
+    naming the file and the problem when it cannot be read)."""
+    from tensorgraph.program_io import load as _load
+
+    return _load(path)
 
 
 def from_torch(module: object, example_inputs: tuple, name: str | None = None) -> Graph:

@@ -1,8 +1,18 @@
-"""`compile`: graph -> passes -> schedule -> memory plan, giving a runnable `Program`.
+"""`compile`: the one driver of the pipeline, and the `Program` it produces.
 
-The input graph is never mutated. In debug mode (the `debug` argument, or the
-TENSORGRAPH_DEBUG environment variable that the test suite sets) the verifier runs after
-every pass and the plan is checked with `verify_assignment`, whatever algorithm made it.
+    rewrites (dce -> cse -> fold)            change the computation, keep every output
+    -> schedule                              an order of the nodes (memory-aware)
+    -> alias analysis for that order         views, reinplacing -> Aliasing
+    -> liveness -> offsets -> verify_plan    one liveness analysis; the plan proven safe
+
+The user's `passes` name which rewrites and which alias analyses run; the compiler fixes
+the order above, so every subset is safe and none is order-dependent. The input graph is
+never mutated, and the graph holds no memory decision: recompiling `prog.graph` (or a
+JSON copy of it) under any options is as safe as compiling the source. Plans are
+deterministic: every search counts work, never seconds (a `time_limit` is an optional
+cap, and the statistics say when it cut a search short). `verify_plan` checks every
+plan; debug mode (the `debug` argument or TENSORGRAPH_DEBUG) also verifies the graph
+after every rewrite and replays the plan byte by byte.
 """
 
 from __future__ import annotations
@@ -10,13 +20,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-import numpy as np
+from attrs import field, frozen
 
-from tensorgraph.errors import GraphError, RunError
+from tensorgraph.errors import GraphError, PlanError, RunError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.verify import verify
+from tensorgraph.planner.aliasing import ANALYSES, Aliasing, analyze_aliasing
+from tensorgraph.planner.plan import MemoryPlan
 
-DEFAULT_PASSES = ("dce", "cse", "view_alias", "reinplace")
+DEFAULT_PASSES = ("dce", "cse", "fold", "view_alias", "reinplace")
 BACKENDS = ("mlx", "numpy", "arena")
 
 
@@ -25,40 +37,69 @@ def debug_default() -> bool:
     return os.environ.get("TENSORGRAPH_DEBUG", "") not in ("", "0")
 
 
-class Program:
-    """A compiled graph: the rewritten `graph` (whose node order is the `schedule`), the
-    memory `plan`, and per-pass `stats`. `run` executes it on a backend."""
+@frozen
+class CompileOptions:
+    """Every option of a compile, as recorded in the Program (and its file)."""
 
-    def __init__(
-        self,
-        source: Graph,
-        graph: Graph,
-        plan: object,
-        stats: dict,
-        schedule_stats: dict | None = None,
-    ) -> None:
-        self.source = source
-        self.graph = graph
-        self.plan = plan
-        self.stats = stats
-        self.schedule_stats = schedule_stats or {}
-        self.backend_cache: dict[str, object] = {}  # per-backend artefacts (MLX traces)
+    passes: tuple[str, ...] = DEFAULT_PASSES
+    planner: str = "best"
+    alignment: int = 64
+    schedule: str = "best"
+    schedule_budget: int | None = None
+    planner_budget: int | None = None
+    time_limit: float | None = None
+    params_in_arena: bool = False
+    tail_guard: int = 0
+
+    @property
+    def analyses(self) -> tuple[str, ...]:
+        return tuple(a for a in ANALYSES if a in self.passes)
+
+    @property
+    def rewrites(self) -> tuple[str, ...]:
+        from tensorgraph.passes import REWRITES
+
+        return tuple(r for r in REWRITES if r in self.passes)
+
+
+@frozen(eq=False)
+class Program:
+    """A compiled graph, frozen: `graph` (rewritten; its node list is in `order`), the
+    `aliasing` computed for that order, the memory `plan`, the `options` that made it,
+    and per-stage `stats`. `source` is the graph given to `compile` (the program's own
+    graph after `load`). Executors keep their caches outside the program, keyed by it.
+
+    Invariants: `order` is a topological order of `graph` equal to its node order;
+    `plan` was made for exactly (`graph`, `order`, `aliasing`) and passed `verify_plan`."""
+
+    graph: Graph
+    order: tuple[int, ...]
+    aliasing: Aliasing
+    plan: MemoryPlan
+    options: CompileOptions
+    stats: Mapping[str, Mapping[str, object]] = field(factory=dict)
+    source: Graph | None = None
 
     @property
     def schedule(self) -> tuple[int, ...]:
-        """Node ids in execution order."""
-        return tuple(n.id for n in self.graph.nodes)
+        """Node ids in execution order (the same as `order`)."""
+        return self.order
+
+    @property
+    def schedule_stats(self) -> Mapping[str, object]:
+        return self.stats.get("schedule", {})
 
     def run(
         self,
-        inputs: Mapping[str, np.ndarray],
-        params: Mapping[str, np.ndarray] | None = None,
+        inputs: Mapping[str, object],
+        params: Mapping[str, object] | None = None,
         backend: str = "mlx",
         **options: object,
-    ) -> list[np.ndarray]:
-        """Outputs (NumPy arrays, in the graph's output order) for `inputs` and `params`
-        (bound params need not be given). RunError names a missing, extra or mistyped
-        input; `backend` is one of "mlx", "numpy" (reference) and "arena"."""
+    ) -> list:
+        """Outputs in the graph's output order for `inputs` and `params` (bound params
+        need not be given). NumPy arrays in give NumPy arrays out; on the MLX backend,
+        mx.array inputs give mx.array outputs that stay on the device. RunError names a
+        missing, extra or mistyped input; `backend` is one of BACKENDS."""
         if backend == "numpy":
             from tensorgraph.runtime.reference import run_reference
 
@@ -79,11 +120,116 @@ class Program:
 
         return format_program_report(self)
 
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the program to `path` (see `tensorgraph.program_io`); `tg.load` reads it
+        back exactly and runs it without recompiling."""
+        from tensorgraph.program_io import save
+
+        save(self, path)
+
     def __repr__(self) -> str:
         return (
             f"<Program {self.graph.name!r}: {len(self.graph)} nodes, "
             f"arena {self.plan.arena_size} B, lower bound {self.plan.lower_bound} B>"
         )
+
+
+def _check_options(options: CompileOptions) -> None:
+    from tensorgraph.passes import REWRITES
+    from tensorgraph.planner.assign import ALGORITHMS
+    from tensorgraph.planner.schedule import STRATEGIES
+
+    known = (*REWRITES, *ANALYSES)
+    unknown = [p for p in options.passes if p not in known]
+    if unknown:
+        raise GraphError(f"unknown pass(es) {unknown}; known passes: {', '.join(known)}")
+    if options.planner not in ALGORITHMS:
+        raise PlanError(
+            f"unknown planner {options.planner!r}; choose one of {', '.join(ALGORITHMS)}"
+        )
+    if options.schedule not in STRATEGIES:
+        raise GraphError(
+            f"unknown schedule {options.schedule!r}; choose one of {', '.join(STRATEGIES)}"
+        )
+    alignment = options.alignment
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
+        raise PlanError(f"alignment must be a positive integer (bytes) but got {alignment!r}")
+    for name in ("schedule_budget", "planner_budget"):
+        value = getattr(options, name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise PlanError(f"{name} must be None or an int >= 0 (work units) but got {value!r}")
+    limit = options.time_limit
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int | float) or not limit >= 0
+    ):
+        raise PlanError(f"time_limit must be None or a number of seconds >= 0 but got {limit!r}")
+    guard = options.tail_guard
+    if isinstance(guard, bool) or not isinstance(guard, int) or guard < 0:
+        raise PlanError(f"tail_guard must be an integer >= 0 but got {guard!r}")
+
+
+def _rewrite(
+    graph: Graph, options: CompileOptions, debug: bool
+) -> tuple[Graph, dict[str, dict[str, object]]]:
+    """Run the chosen rewrites in the compiler's order, recording each one's counters and
+    its effect on the program-order lower bound of the plan (planned sizes)."""
+    from tensorgraph.passes import REWRITES
+    from tensorgraph.planner.schedule import CostModel
+
+    def bound(g: Graph) -> int:
+        model = CostModel(
+            g, options.analyses, options.alignment, options.params_in_arena, options.tail_guard
+        )
+        return model.peak(tuple(n.id for n in g.nodes))
+
+    stats: dict[str, dict[str, object]] = {}
+    before = bound(graph)
+    for name in options.rewrites:
+        result = REWRITES[name](graph)
+        if debug:
+            try:
+                verify(result.graph)
+            except TensorGraphError as err:
+                raise type(err)(f"after pass {name!r}: {err}") from err
+        after = before if result.graph is graph else bound(result.graph)
+        stats[name] = {**result.stats, "lower_bound": after, "bytes_saved": before - after}
+        graph, before = result.graph, after
+    return graph, stats
+
+
+def _analysis_stats(
+    graph: Graph, order: tuple[int, ...], aliasing: Aliasing, options: CompileOptions
+) -> dict[str, dict[str, object]]:
+    """Per alias analysis: how many nodes it aliased, their bytes, and the lower bound
+    with the analyses up to it (so `bytes_saved` is each analysis's own effect)."""
+    from tensorgraph.planner.schedule import CostModel
+
+    stats: dict[str, dict[str, object]] = {}
+    before = CostModel(
+        graph, (), options.alignment, options.params_in_arena, options.tail_guard
+    ).peak(order)
+    kinds = {
+        "view_alias": ("view", "aliased", "view_bytes"),
+        "reinplace": ("inplace", "reinplaced", "bytes_reused"),
+    }
+    ran: list[str] = []
+    for name in options.analyses:
+        ran.append(name)
+        kind, count_key, bytes_key = kinds[name]
+        members = [i for i, a in aliasing.aliases.items() if a.kind == kind]
+        after = CostModel(
+            graph, tuple(ran), options.alignment, options.params_in_arena, options.tail_guard
+        ).peak(order)
+        stats[name] = {
+            count_key: len(members),
+            bytes_key: sum(graph.node(i).nbytes for i in members),
+            "lower_bound": after,
+            "bytes_saved": before - after,
+        }
+        before = after
+    return stats
 
 
 def compile(
@@ -93,39 +239,86 @@ def compile(
     alignment: int = 64,
     *,
     schedule: str = "best",
-    debug: bool | None = None,
-    time_budget: float | None = None,
+    schedule_budget: int | None = None,
+    planner_budget: int | None = None,
+    time_limit: float | None = None,
     params_in_arena: bool = False,
     tail_guard: int = 0,
+    debug: bool | None = None,
 ) -> Program:
-    """Run `passes` (names, in order), then plan memory with algorithm `planner`.
+    """Compile `graph` into a `Program` (see the module docstring for the pipeline).
 
-    `schedule` picks the execution order ("program", "greedy", "subtree", or "best",
-    which keeps the order with the lowest peak and is never worse than "program"); it
-    runs just before reinplace, whose decisions depend on the order.
-    `alignment` (bytes) applies to every buffer offset; `params_in_arena` plans params and
-    constants inside the arena instead of a separate constant segment; `tail_guard` adds
-    that many bytes after every boundary buffer. Raises GraphError on an unknown pass or
-    an invalid graph, PlanError if the plan fails verification."""
-    from tensorgraph.passes.manager import run_passes
+    `passes` names the rewrites (dce, cse, fold) and alias analyses (view_alias,
+    reinplace) to run, in any order (the compiler fixes theirs; repeats are ignored).
+    `planner` is the offset algorithm; `alignment` (bytes) applies to every buffer
+    offset and to every size the statistics and the report show. `schedule` picks the
+    order ("program", "greedy", "subtree", or "best", never worse than "program").
+    `schedule_budget` and `planner_budget` are the searches' work budgets (None: their
+    defaults); `time_limit` (seconds) optionally caps each search's wall clock.
+    `params_in_arena` plans params and constants inside the arena instead of a separate
+    constant segment; `tail_guard` adds that many bytes after every boundary buffer.
+    Raises GraphError on an unknown pass or an invalid graph, PlanError on a bad option
+    or a plan that fails verification."""
     from tensorgraph.planner.plan import plan_memory
+    from tensorgraph.planner.schedule import reorder
+    from tensorgraph.planner.schedule import schedule as choose_order
 
     if not isinstance(graph, Graph):
         raise GraphError(f"compile needs a tensorgraph Graph but got {type(graph).__name__}")
+    if isinstance(passes, str):
+        raise GraphError(f"passes must be a sequence of pass names, not the string {passes!r}")
+    options = CompileOptions(
+        tuple(dict.fromkeys(passes)),
+        planner,
+        alignment,
+        schedule,
+        schedule_budget,
+        planner_budget,
+        time_limit,
+        params_in_arena,
+        tail_guard,
+    )
+    _check_options(options)
     debug = debug_default() if debug is None else debug
     verify(graph)
     if not graph.outputs:
         raise GraphError(f"graph {graph.name!r} has no outputs; call g.output(...)")
-    rewritten, stats, schedule_stats = run_passes(
-        graph, tuple(passes), schedule=schedule, debug=debug
-    )
-    plan = plan_memory(
+    rewritten, stats = _rewrite(graph, options, debug)
+    chosen = choose_order(
         rewritten,
-        algorithm=planner,
+        options.schedule,
         alignment=alignment,
-        time_budget=time_budget,
+        analyses=options.analyses,
         params_in_arena=params_in_arena,
         tail_guard=tail_guard,
-        check=debug,
+        budget=schedule_budget,
+        time_limit=time_limit,
     )
-    return Program(graph, rewritten, plan, stats, schedule_stats)
+    ordered = reorder(rewritten, chosen.order)
+    order = chosen.order
+    stats["schedule"] = {
+        "strategy": chosen.strategy,
+        "program_peak": chosen.program_peak,
+        "chosen_peak": chosen.peak,
+        "work": chosen.work,
+        "cut_short": chosen.cut_short,
+    }
+    aliasing = analyze_aliasing(ordered, order, options.analyses)
+    stats.update(_analysis_stats(ordered, order, aliasing, options))
+    plan = plan_memory(
+        ordered,
+        order,
+        aliasing,
+        algorithm=planner,
+        alignment=alignment,
+        budget=planner_budget,
+        time_limit=time_limit,
+        params_in_arena=params_in_arena,
+        tail_guard=tail_guard,
+    )
+    stats["plan"] = {"algorithm": planner, "cut_short": plan.cut_short}
+    if debug:
+        from tensorgraph.planner.replay import replay
+
+        replay(ordered, plan, aliasing)
+    return Program(ordered, order, aliasing, plan, options, stats, graph)

@@ -23,3 +23,7 @@ class PlanError(TensorGraphError):
 
 class RunError(TensorGraphError):
     """Run-time input is wrong: missing, extra, or of the wrong shape or dtype."""
+
+
+class LoadError(TensorGraphError):
+    """A saved program cannot be read: missing, truncated, corrupt or inconsistent."""

@@ -149,6 +149,10 @@ def graphs(draw: st.DrawFn, max_ops: int = 12) -> tg.Graph:
     live = [g.input(f"x{i}", shape, tg.float32) for i in range(draw(st.integers(1, 3)))]
     if draw(st.booleans()):
         live.append(g.param("w", shape, tg.float32))
+        if draw(st.booleans()):  # a bound weight: a compile-time constant that may fold
+            g.param_values["w"] = np.linspace(
+                -1.5, 1.5, int(np.prod(shape)), dtype=np.float32
+            ).reshape(shape)
     for _ in range(draw(st.integers(1, max_ops))):
         made = draw(st.sampled_from(BUILDERS))(draw, live)
         live.append(made.reshape(1) if made.ndim == 0 else made)  # builders need rank >= 1
@@ -187,5 +191,9 @@ def feeds(graph: tg.Graph, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[s
         return rng.uniform(-2, 2, node.shape).astype(node.dtype.to_numpy())
 
     inputs = {n.name: value(n) for n in graph.nodes if n.op == "input"}
-    params = {n.name: value(n) for n in graph.nodes if n.op == "param"}
+    params = {
+        n.name: value(n)
+        for n in graph.nodes
+        if n.op == "param" and n.name not in graph.param_values
+    }
     return inputs, params

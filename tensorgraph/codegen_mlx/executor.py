@@ -20,6 +20,7 @@ plan, so it is the default; pass mode="compiled" to trade memory for ~2% time.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 
 import ml_dtypes
@@ -34,6 +35,14 @@ from tensorgraph.runtime.feeds import bind_feeds
 from tensorgraph.runtime.kernels import constant_value
 
 MODES = ("auto", "eager", "compiled")
+
+# Per-program artefacts (weights converted to mx.array, compiled traces), keyed by the
+# frozen Program itself: they live as long as the program and never inside it.
+_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _cache(program: object) -> dict[str, object]:
+    return _CACHES.setdefault(program, {})
 
 
 def to_mx(array: np.ndarray) -> mx.array:
@@ -65,7 +74,7 @@ def _boundary_values(
     converted once per program and device and reused: they never change between runs,
     and converting 100 MB of weights per call would cost time and double peak memory."""
     graph = program.graph
-    cache = program.backend_cache.setdefault(f"mlx-values-{device}", {})
+    cache = _cache(program).setdefault(f"mlx-values-{device}", {})
     values = {}
     for node in graph.nodes:
         if node.op == "constant":
@@ -121,7 +130,7 @@ def run_compiled(program: object, feeds: dict[int, mx.array], device: mx.Device)
     """Run the cached `mx.compile`d trace of the whole schedule."""
     graph = program.graph
     feed_ids = tuple(n.id for n in graph.nodes if n.op in ("input", "param"))
-    cache = program.backend_cache.setdefault("mlx", {})
+    cache = _cache(program).setdefault("mlx", {})
     key = str(device)
     if key not in cache:
         cache[key] = _trace(graph, feed_ids)

@@ -12,19 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from attrs import evolve, field, frozen
+from attrs import field, frozen
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError
 from tensorgraph.ir.dtypes import DTYPES, DType, as_dtype, bool_, float32, int32, promote_types
 from tensorgraph.ir.shapes import Shape, broadcast_shapes, numel
 
 REQUIRED = object()
-
-# Set by the passes, not by users: `view=True` marks a reshape / same-dtype cast / axis-0
-# narrow whose output shares its input's storage (view_alias); `inplace=k` marks an op
-# that writes its output into operand k's buffer (reinplace; -1 = a fresh buffer).
-VIEW_ATTR = "view"
-INPLACE_ATTR = "inplace"
 
 
 @frozen
@@ -78,10 +72,6 @@ OPS: dict[str, OpDef] = {}
 def register(op: OpDef) -> OpDef:
     if op.name in OPS:
         raise GraphError(f"op {op.name!r} registered twice")
-    if op.elementwise or op.name == "slice_update":
-        op = evolve(op, attrs={**op.attrs, INPLACE_ATTR: AttrSpec("int", -1)})
-    if op.category == "view":
-        op = evolve(op, attrs={**op.attrs, VIEW_ATTR: AttrSpec("bool", False)})
     OPS[op.name] = op
     return op
 

@@ -12,8 +12,10 @@ message carries the offending node's printed line):
    and params;
 7. every output id names a node;
 8. bound param values exist only for declared params and match their shape and dtype;
-9. `view=True` only on a node that `view_offset` accepts as a view of its input;
-10. `inplace=k` names an operand of exactly the output's dtype and byte size.
+
+The graph carries no memory decision: where a value's bytes live (a view of its input,
+an in-place write over an operand) is computed by the planner's alias analysis for a
+chosen order, so no attribute can claim it (4. rejects any attribute outside the schema).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 from tensorgraph.errors import DTypeError, GraphError, ShapeError
 from tensorgraph.ir.graph import Graph, label
 from tensorgraph.ir.node import Node
-from tensorgraph.ir.ops import INPLACE_ATTR, OPS, VIEW_ATTR, Operand, complete_attrs, view_offset
+from tensorgraph.ir.ops import OPS, Operand, complete_attrs
 from tensorgraph.ir.printer import format_node
 
 
@@ -59,22 +61,6 @@ def verify(graph: Graph) -> None:
             _fail(ShapeError, node, f"{who}: shape {node.shape} but inference gives {shape}")
         if dtype != node.dtype:
             _fail(DTypeError, node, f"{who}: dtype {node.dtype} but inference gives {dtype}")
-        if attrs.get(VIEW_ATTR):
-            source = seen[node.inputs[0]]
-            if view_offset(node.op, attrs, source.shape, node.dtype, source.dtype) is None:
-                _fail(GraphError, node, f"{who}: marked as a view but it must copy")
-        slot = attrs.get(INPLACE_ATTR, -1)
-        if slot != -1:
-            if not 0 <= slot < count:
-                _fail(GraphError, node, f"{who}: inplace operand {slot} does not exist")
-            target = seen[node.inputs[slot]]
-            if target.dtype != node.dtype or target.nbytes != node.nbytes:
-                _fail(
-                    GraphError,
-                    node,
-                    f"{who}: writes in place of {label(target)} {target.shape} {target.dtype}, "
-                    f"which differs from its output {node.shape} {node.dtype}",
-                )
         if opdef.boundary:
             name = node.attr("name")
             if node.op != "constant" and not name:

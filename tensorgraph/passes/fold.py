@@ -1,12 +1,22 @@
-"""Weight folding: computations whose inputs are all known at compile time (bound params,
-constants, generators) are evaluated once with the NumPy kernels and become bound params.
+"""Constant folding: values that depend only on constants and bound params are computed
+once at compile time and become bound params of the constant segment.
 
 A transposed `nn.Linear` weight, a batch norm's scale and shift, a rotary table or a
-causal mask built from `arange`: each becomes one constant of the constant segment
-instead of arena traffic on every run. The outputs are unchanged bit for bit (the same
-kernels the reference interpreter runs compute the folded values). Bound params that
-nothing reads afterwards are dropped: they are the importer's weights, not the user's
-signature.
+causal mask built from `arange`: each becomes one constant instead of arena traffic on
+every run. Outputs are unchanged bit for bit (the folded values are computed by the
+same NumPy kernels the reference interpreter runs). Bound params are compile-time
+constants to the compiler: a bound param that nothing reads after folding is dropped.
+Unbound params and inputs are run-time values and never fold.
+
+The trade-off: a folded value lives in the constant segment for the whole run, where a
+computed one occupies the arena only while live. So a value folds only when it is no
+larger than the static values it is computed from (a transpose, a scale) or is small
+(`SMALL_FOLD` bytes: masks and tables of typical sequence lengths); a large broadcast
+stays a run-time computation. A generator (`full`, `arange`: no inputs) is never made a
+constant by itself: computing it costs nothing, and as a run-time value its buffer can
+be reused in place (a KV cache built by `zeros` and updated by `slice_update`), which a
+constant's bytes never can. Folding never grows the bytes a graph holds
+beyond `SMALL_FOLD` per folded value. O(n) plus the kernels' own work.
 """
 
 from __future__ import annotations
@@ -14,12 +24,14 @@ from __future__ import annotations
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
+from tensorgraph.passes.result import PassResult
 from tensorgraph.runtime.kernels import constant_value, evaluate
 
+SMALL_FOLD = 1 << 16  # bytes: a value this small folds whatever it is computed from
 
-def fold_weights(graph: Graph) -> Graph:
-    """`graph` with every compile-time-known, non-boundary value that a run-time value or an
-    output reads replaced by a bound param (named `folded.<id>`); see the module doc."""
+
+def _static_values(graph: Graph) -> dict[int, object]:
+    """Node id -> compile-time value, for every value that folds (see module doc)."""
     static: dict[int, object] = {}
     for node in graph.nodes:
         if node.op == "param" and node.name in graph.param_values:
@@ -30,17 +42,35 @@ def fold_weights(graph: Graph) -> Graph:
             not OPS[node.op].boundary
             and OPS[node.op].pure
             and all(i in static for i in node.inputs)
+            and node.nbytes <= max(SMALL_FOLD, sum(static[i].nbytes for i in set(node.inputs)))
         ):
             static[node.id] = evaluate(node, [static[i] for i in node.inputs])
+    return static
+
+
+def fold_weights(graph: Graph) -> Graph:
+    """`graph` with every folding value that a run-time value or an output reads replaced
+    by a bound param named `folded.<id>` (see the module docstring)."""
+    return fold(graph).graph
+
+
+def fold(graph: Graph) -> PassResult:
+    """The folding pass: counters `folded` (values now bound params) and `dropped`
+    (static nodes no longer computed)."""
+    static = _static_values(graph)
     needed = set(graph.outputs)
     for node in graph.nodes:
         if node.id not in static:
             needed.update(node.inputs)
     replaced: dict[int, Node] = {}
     values = dict(graph.param_values)
+    taken = {n.name for n in graph.nodes if n.name} | set(values)
     for node in graph.nodes:
-        if node.id in static and node.id in needed and not OPS[node.op].boundary:
+        if node.id in static and node.id in needed and node.inputs and not OPS[node.op].boundary:
             name = f"folded.{node.id}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
             attrs = {"name": name, "shape": node.shape, "dtype": node.dtype.name}
             replaced[node.id] = Node(node.id, "param", (), attrs, node.shape, node.dtype)
             values[name] = static[node.id]
@@ -50,6 +80,9 @@ def fold_weights(graph: Graph) -> Graph:
         if node.id in static and node.id not in needed and node.op != "input":
             continue  # only feeds folded values: computed above, never at run time
         kept.append(node)
+    if len(kept) == len(graph) and not replaced:
+        return PassResult(graph, {"folded": 0, "dropped": 0})
     live_names = {n.name for n in kept if n.op == "param"}
     params = {k: v for k, v in values.items() if k in live_names}
-    return Graph.from_nodes(graph.name, kept, graph.outputs, params)
+    result = Graph.from_nodes(graph.name, kept, graph.outputs, params)
+    return PassResult(result, {"folded": len(replaced), "dropped": len(graph) - len(kept)})

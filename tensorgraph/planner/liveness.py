@@ -1,10 +1,12 @@
-"""Liveness: which bytes each node's value lives in, and for which schedule steps.
+"""Liveness: buffers and lifetimes of a graph run in one order with one aliasing.
 
-Step `i` runs `graph.nodes[i]` (the node order is the schedule). Every node's data lives
-in a storage root: itself, unless it is a view (`view=True`: a reshape, same-dtype cast
-or axis-0 narrow, at its input's offset plus `view_offset`) or writes in place
-(`inplace=k`: operand k's storage, offset included). Each root in the arena is one
-`Buffer(root id, nbytes, start, end)` with a half-open lifetime:
+`analyze(graph, order, aliasing)` is the one liveness analysis: the scheduler's cost
+model, the alias analysis (reinplace asks it whether an operand's root dies at an op),
+the plan and the MLX executor's release points all read it. Step `i` runs node
+`order[i]`. Every node's value lives in a storage root: itself, unless the aliasing
+says it is a view or an in-place write (`Alias(source, offset)`: `source`'s storage,
+plus `offset` bytes). Each root in the arena is one `Buffer(root id, nbytes, start,
+end)` with a half-open lifetime:
 
 - born at its own step; inputs, and params/constants planned in the arena, at step 0
   (they are written before the first step runs);
@@ -20,27 +22,27 @@ or axis-0 narrow, at its input's offset plus `view_offset`) or writes in place
 
 Invariants of the result: every node has a `Storage` whose bytes
 `[offset, offset + nbytes)` lie inside its root's; views and in-place nodes own no
-buffer; no node writes in place into a param or constant (the constant segment, and
-params kept in the arena, are loaded once and must survive the run).
-
-This is the one liveness analysis: the planner sizes the arena from it, reinplace asks
-it whether an operand's whole root dies at an op (`last_read[root] == step`), and the
-MLX executor frees values at `last_use`. O(nodes + edges).
+buffer; no alias makes a node write into a param, constant or input; a view alias is
+exactly what `ops.view_offset` gives; an in-place alias names one of the node's
+operands of the output's byte size and dtype. An aliasing that breaks one is a
+PlanError naming the node. O(nodes + edges).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from attrs import frozen
 
 from tensorgraph.errors import GraphError, PlanError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
-from tensorgraph.ir.ops import INPLACE_ATTR, OPS, VIEW_ATTR, view_offset
-from tensorgraph.planner.buffers import Buffer
+from tensorgraph.ir.ops import OPS
+from tensorgraph.planner.aliasing import Alias, Aliasing, view_of
+from tensorgraph.planner.buffers import Buffer, align_up
 
 LOADED_ONCE = ("param", "constant")  # boundary values that persist across runs
+NO_ALIASING = Aliasing()
 
 
 @frozen
@@ -74,106 +76,124 @@ class Liveness:
         """The arena buffers whose lifetime `[start, end)` contains `step`."""
         return [b for b in self.buffers if b.start <= step < b.end]
 
-    def live_bytes(self) -> list[int]:
-        """Summed sizes of the buffers live at every step (unaligned: the liveness curve)."""
+    def live_bytes(self, alignment: int = 1) -> list[int]:
+        """Summed sizes, each rounded up to `alignment`, of the buffers live at every
+        step: the curve whose maximum is `lower_bound(buffers, alignment)`."""
         delta = [0] * (len(self.steps) + 1)
         for b in self.buffers:
-            delta[b.start] += b.size
-            delta[b.end] -= b.size
+            size = align_up(b.size, alignment)
+            delta[b.start] += size
+            delta[b.end] -= size
         curve, total = [], 0
         for step in range(len(self.steps)):
             total += delta[step]
             curve.append(total)
         return curve
 
-    def peak_step(self) -> int:
+    def peak_step(self, alignment: int = 1) -> int:
         """The first step where live bytes are largest (0 for an empty schedule)."""
-        curve = self.live_bytes()
+        curve = self.live_bytes(alignment)
         return max(range(len(curve)), key=curve.__getitem__) if curve else 0
 
 
-def _alias_storage(node: Node, graph: Graph, storage: Mapping[int, Storage]) -> Storage | None:
-    """Where a view or in-place node's data lives, or None when it owns its bytes."""
-    if node.attr(VIEW_ATTR, False):
-        source = graph.node(node.inputs[0])
-        extra = view_offset(node.op, node.attr_dict, source.shape, node.dtype, source.dtype)
-        if extra is None:
-            raise PlanError(f"{describe(node)}: marked as a view but it must copy")
-        base = storage[source.id]
-        return Storage(base.root, base.offset + extra)
-    slot = node.attr(INPLACE_ATTR, -1)
-    if slot == -1:
-        return None
-    if not 0 <= slot < len(node.inputs):
-        raise PlanError(f"{describe(node)}: inplace operand {slot} does not exist")
-    base = storage[node.inputs[slot]]
-    root = graph.node(base.root)
-    if root.op in LOADED_ONCE:
+def _aliased_storage(
+    graph: Graph, node: Node, alias: Alias, storage: Mapping[int, Storage]
+) -> Storage:
+    """Where an aliased node's bytes live, after checking the alias is sound."""
+    if alias.source not in node.inputs:
+        raise PlanError(f"{describe(node)}: aliased to %{alias.source}, which it does not read")
+    if alias.kind == "view":
+        if view_of(graph, node) != alias:
+            raise PlanError(f"{describe(node)}: {alias} is not a view this op can be")
+    else:
+        source = graph.node(alias.source)
+        if (
+            alias.offset != 0
+            or source.nbytes != node.nbytes
+            or source.dtype != node.dtype
+            or not (OPS[node.op].elementwise or node.op == "slice_update")
+        ):
+            raise PlanError(
+                f"{describe(node)}: cannot write in place over {describe(source)} "
+                f"({source.shape} {source.dtype} -> {node.shape} {node.dtype})"
+            )
+    base = storage[alias.source]
+    where = Storage(base.root, base.offset + alias.offset)
+    root = graph.node(where.root)
+    if alias.kind == "inplace" and OPS[root.op].boundary:
         raise PlanError(
-            f"{describe(node)}: writes in place into {describe(root)}, which is loaded "
-            "once and must not change"
+            f"{describe(node)}: writes in place into {describe(root)}, whose bytes are the "
+            "caller's or loaded once and must not change"
         )
-    return base
+    if where.offset + node.nbytes > root.nbytes:
+        raise PlanError(
+            f"{describe(node)}: bytes [{where.offset}, {where.offset + node.nbytes}) "
+            f"reach past the {root.nbytes} bytes of its root {describe(root)}"
+        )
+    return where
 
 
-def analyze(graph: Graph, *, params_in_arena: bool = False, tail_guard: int = 0) -> Liveness:
-    """The liveness of `graph` in its node order (see the module docstring).
+def analyze(
+    graph: Graph,
+    order: Sequence[int] | None = None,
+    aliasing: Aliasing = NO_ALIASING,
+    *,
+    params_in_arena: bool = False,
+    tail_guard: int = 0,
+) -> Liveness:
+    """The liveness of `graph` run in `order` (its node order when None) with
+    `aliasing` (see the module docstring).
 
     `params_in_arena` plans params and constants in the arena (live for the whole run)
     instead of the constant segment; `tail_guard` (bytes, >= 0) is added to the buffers
     of inputs and of roots holding an output (runtimes that over-read a boundary tensor
-    need the slack). The graph must be in topological order (as `verify` checks).
-    Raises PlanError on a negative tail guard, a view mark on an op that copies, an
-    in-place write into a param or constant, or an alias reaching past its root's bytes;
-    GraphError on an input that is not defined earlier."""
-    if not isinstance(tail_guard, int) or tail_guard < 0:
+    need the slack). Raises GraphError when `order` is not a topological order of the
+    graph's nodes, PlanError on a negative tail guard or an unsound alias."""
+    if isinstance(tail_guard, bool) or not isinstance(tail_guard, int) or tail_guard < 0:
         raise PlanError(f"tail_guard must be an integer >= 0 but got {tail_guard!r}")
-    nodes = graph.nodes
-    end = len(nodes)
-    steps = tuple(n.id for n in nodes)
+    steps = tuple(n.id for n in graph.nodes) if order is None else tuple(order)
+    if len(steps) != len(graph) or set(steps) != {n.id for n in graph.nodes}:
+        raise GraphError(f"graph {graph.name!r}: an order must list every node id exactly once")
+    end = len(steps)
     step_of: dict[int, int] = {}
     storage: dict[int, Storage] = {}
     last_use: dict[int, int] = {}
-    for step, node in enumerate(nodes):
+    for step, node_id in enumerate(steps):
+        node = graph.node(node_id)
         for i in node.inputs:
             if i not in step_of:
-                raise GraphError(f"{describe(node)}: input %{i} is not defined before it")
+                raise GraphError(f"{describe(node)}: input %{i} is not computed before it")
             last_use[i] = step
-        step_of[node.id] = step
-        where = _alias_storage(node, graph, storage)
-        if where is None:
-            where = Storage(node.id, 0)
-        root = graph.node(where.root)
-        if where.offset + node.nbytes > root.nbytes:
-            raise PlanError(
-                f"{describe(node)}: bytes [{where.offset}, {where.offset + node.nbytes}) "
-                f"reach past the {root.nbytes} bytes of its root {describe(root)}"
-            )
-        storage[node.id] = where
+        step_of[node_id] = step
+        alias = aliasing.of(node_id)
+        storage[node_id] = (
+            Storage(node_id, 0) if alias is None else _aliased_storage(graph, node, alias, storage)
+        )
     for output in graph.outputs:
         last_use[output] = end
-    last_use = {n.id: last_use.get(n.id, -1) for n in nodes}
+    last_use = {i: last_use.get(i, -1) for i in steps}
 
     # A root's bytes are needed until the last read of any alias; an alias's own step
     # counts too (an in-place write happens there, and a value is written even if unread).
     last_read: dict[int, int] = {}
-    for node in nodes:
-        root = storage[node.id].root
-        seen = max(step_of[node.id], last_use[node.id])
+    for node_id in steps:
+        root = storage[node_id].root
+        seen = max(step_of[node_id], last_use[node_id])
         last_read[root] = max(last_read.get(root, -1), seen)
 
     holds_output = {storage[o].root for o in graph.outputs}
     buffers, constants = [], []
-    for node in nodes:
-        if storage[node.id].root != node.id:
+    for node_id in steps:
+        if storage[node_id].root != node_id:
             continue
+        node = graph.node(node_id)
         if node.op in LOADED_ONCE and not params_in_arena:
-            constants.append(node.id)
+            constants.append(node_id)
             continue
-        born = 0 if OPS[node.op].boundary else step_of[node.id]
-        dies = end if node.op in LOADED_ONCE else min(last_read[node.id] + 1, end)
-        guard = tail_guard if node.op == "input" or node.id in holds_output else 0
-        buffers.append(Buffer(node.id, node.nbytes + guard, born, dies))
+        born = 0 if OPS[node.op].boundary else step_of[node_id]
+        dies = end if node.op in LOADED_ONCE else min(last_read[node_id] + 1, end)
+        guard = tail_guard if node.op == "input" or node_id in holds_output else 0
+        buffers.append(Buffer(node_id, node.nbytes + guard, born, max(dies, born + 1)))
     return Liveness(
         steps=steps,
         step_of=step_of,

@@ -1,7 +1,7 @@
 """The memory plan of a compiled graph: byte offsets for every value, one arena.
 
-`plan_memory` runs liveness, an offset algorithm, and (with `check`, on in debug mode)
-the independent verifier. Invariants of a `MemoryPlan`:
+`plan_memory` runs liveness for an order and an aliasing, an offset algorithm, and (by
+default) the independent verifier `check.verify_plan`. Invariants of a `MemoryPlan`:
 
 - every arena buffer sits at an `alignment`-aligned offset inside `[0, arena_size)`, and
   `arena_size` is a multiple of `alignment`;
@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from attrs import frozen
 
 from tensorgraph.errors import PlanError
 from tensorgraph.ir.graph import Graph
+from tensorgraph.planner.aliasing import Aliasing
 from tensorgraph.planner.assign import assign_offsets
-from tensorgraph.planner.buffers import Buffer, align_up, lower_bound
-from tensorgraph.planner.liveness import Liveness, analyze
-from tensorgraph.planner.verify import verify_assignment
+from tensorgraph.planner.buffers import Assignment, Buffer, align_up, lower_bound
+from tensorgraph.planner.liveness import NO_ALIASING, Liveness, analyze
 
 
 @frozen
@@ -48,6 +48,8 @@ class MemoryPlan:
     algorithm: str
     alignment: int
     planning_seconds: float
+    cut_short: bool = False  # a wall-clock time_limit stopped the offset search early
+    aliasing: Aliasing = NO_ALIASING  # the alias decisions the plan was made with
 
     @property
     def total_unshared(self) -> int:
@@ -125,29 +127,55 @@ def _constant_segment(graph: Graph, liveness: Liveness, alignment: int) -> tuple
 
 def plan_memory(
     graph: Graph,
+    order: Sequence[int] | None = None,
+    aliasing: Aliasing = NO_ALIASING,
+    *,
     algorithm: str = "best",
     alignment: int = 64,
-    time_budget: float | None = None,
+    budget: int | None = None,
+    time_limit: float | None = None,
     params_in_arena: bool = False,
     tail_guard: int = 0,
-    check: bool = False,
+    check: bool = True,
 ) -> MemoryPlan:
-    """Plan `graph` in its node order with offset algorithm `algorithm`.
+    """Plan `graph` run in `order` (its node order when None) with `aliasing`, placing
+    buffers with offset algorithm `algorithm`.
 
     `alignment` (bytes) may be any positive integer, not only a power of two: the
     algorithms and the verifier only ever round offsets up to a multiple of it.
-    `time_budget` (seconds) bounds `best`; `params_in_arena` and `tail_guard` are passed
-    to `liveness.analyze`. With `check`, `verify_assignment` validates the offsets,
-    whatever algorithm made them. Raises PlanError naming the bad alignment, tail guard
-    or algorithm, or the two buffers of an assignment that fails verification."""
+    `budget` (work units) and `time_limit` (seconds, a cap) bound `best`;
+    `params_in_arena` and `tail_guard` are passed to `liveness.analyze`. With `check`
+    (the default), `check.verify_plan` proves the result independently of the
+    algorithm and the alias analysis. Raises PlanError naming the bad option, or the
+    buffers or nodes of a plan that fails verification."""
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1:
         raise PlanError(f"alignment must be a positive integer (bytes) but got {alignment!r}")
     began = time.perf_counter()
-    liveness = analyze(graph, params_in_arena=params_in_arena, tail_guard=tail_guard)
-    assignment = assign_offsets(liveness.buffers, algorithm, alignment, time_budget)
+    liveness = analyze(
+        graph, order, aliasing, params_in_arena=params_in_arena, tail_guard=tail_guard
+    )
+    limits = {k: v for k, v in (("budget", budget), ("time_limit", time_limit)) if v is not None}
+    assignment = assign_offsets(liveness.buffers, algorithm, alignment, **limits)
     seconds = time.perf_counter() - began
+    plan = assemble_plan(graph, liveness, assignment, algorithm, alignment, aliasing, seconds)
     if check:
-        verify_assignment(liveness.buffers, assignment, alignment)
+        from tensorgraph.planner.check import verify_plan
+
+        verify_plan(graph, plan, aliasing)
+    return plan
+
+
+def assemble_plan(
+    graph: Graph,
+    liveness: Liveness,
+    assignment: Assignment,
+    algorithm: str,
+    alignment: int,
+    aliasing: Aliasing,
+    seconds: float = 0.0,
+) -> MemoryPlan:
+    """The `MemoryPlan` for buffer offsets `assignment` over `liveness` (unverified: run
+    `check.verify_plan` on it). Every node's offset derives from its root's buffer."""
     offsets = {
         node_id: assignment.offsets[where.root] + where.offset
         for node_id, where in liveness.storage.items()
@@ -166,4 +194,6 @@ def plan_memory(
         algorithm=algorithm,
         alignment=alignment,
         planning_seconds=seconds,
+        cut_short=bool(getattr(assignment, "cut_short", False)),
+        aliasing=aliasing,
     )

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
-from tensorgraph.ir.ops import INPLACE_ATTR
 
 if TYPE_CHECKING:
     from tensorgraph.compiler import Program
@@ -62,7 +61,8 @@ def _holders_at(plan: MemoryPlan, graph: Graph, step: int) -> dict[int, Node]:
     holders: dict[int, Node] = {}
     for node_id in live.steps[: step + 1]:
         node = graph.node(node_id)
-        if node.attr(INPLACE_ATTR, -1) != -1:
+        alias = plan.aliasing.of(node_id)
+        if alias is not None and alias.kind == "inplace":
             holders[live.storage[node_id].root] = node
     return holders
 
@@ -170,14 +170,16 @@ def format_program_report(program: Program) -> str:
         f"program {program.graph.name!r}: {len(program.source)} nodes in, "
         f"{len(program.graph)} after passes"
     ]
-    if program.stats:
+    passes = {k: v for k, v in program.stats.items() if k not in ("schedule", "plan")}
+    if passes:
         lines.append("passes:")
-        lines += _pass_table(program.stats)
-    if program.schedule_stats:
-        counters = ", ".join(f"{k} {_number(v)}" for k, v in program.schedule_stats.items())
-        lines += textwrap.wrap(
-            f"schedule: {counters}", WIDTH, subsequent_indent="  ", break_on_hyphens=False
-        )
+        lines += _pass_table(passes)
+    for stage in ("schedule", "plan"):
+        if program.stats.get(stage):
+            counters = ", ".join(f"{k} {_number(v)}" for k, v in program.stats[stage].items())
+            lines += textwrap.wrap(
+                f"{stage}: {counters}", WIDTH, subsequent_indent="  ", break_on_hyphens=False
+            )
     lines = [_fit(line, WIDTH) for line in lines]
     lines.append(program.plan.report(program.graph))
     return "\n".join(lines)

@@ -18,11 +18,13 @@ against, so a better order can beat any planner on the program order. Strategies
   or hoist a last reader of such a buffer to just after its latest input), keeping the
   lowest; never worse than `program`, since `program` is a candidate.
 
-The exact cost of an order is the lower bound of the plan the compiler would make for
-it: the graph is reordered, reinplace decisions are recomputed for that order (when the
-pipeline reinplaces), liveness is analysed and `lower_bound` taken at the plan's
-alignment. Boundary nodes (inputs, params, constants) keep their program position
-relative to each other and go first: inputs live from step 0 and params/constants sit
+The exact cost of an order (`CostModel`) is the lower bound of the plan the compiler
+would make for it: the alias analyses run for that order, the one liveness analysis
+gives the buffers, and `lower_bound` is taken at the plan's alignment, with the plan's
+params placement and tail guard. The search budget counts work (nodes analysed), never
+seconds, so an order is reproducible on any machine and under any load. Boundary nodes
+(inputs, params, constants) keep their program position relative to each other and go
+first: inputs live from step 0 and params/constants sit
 in the constant segment, so their position never changes a peak.
 """
 
@@ -32,65 +34,91 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 
-from attrs import frozen
+from attrs import define, frozen
 
-from tensorgraph.errors import GraphError
+from tensorgraph.errors import GraphError, PlanError
 from tensorgraph.ir.graph import Graph
-from tensorgraph.ir.node import Node, evolve
-from tensorgraph.ir.ops import INPLACE_ATTR, OPS, VIEW_ATTR
+from tensorgraph.ir.node import Node
+from tensorgraph.ir.ops import OPS
+from tensorgraph.planner.aliasing import ANALYSES, analyze_aliasing, inplace_slots, view_of
 from tensorgraph.planner.buffers import lower_bound
-from tensorgraph.planner.liveness import analyze
+from tensorgraph.planner.liveness import Liveness, analyze
 
 STRATEGIES = ("program", "greedy", "subtree", "best")
-DEFAULT_BUDGET = 1.5  # seconds for `best`; a 10k-node graph must schedule in under 2 s
+# Work units for `best`'s local search: one unit per node of every candidate order it
+# costs (a liveness analysis is linear in the nodes). About 1.5 s on a 10k-node graph
+# here; small graphs stop long before it, when no move improves the peak.
+DEFAULT_BUDGET = 2_000_000
 
 
 @frozen
 class ScheduleResult:
-    """The chosen order and the peaks (lower bounds, bytes) that justified it."""
+    """The chosen order and the peaks (lower bounds, bytes) that justified it; `work`
+    spent, and `cut_short` when the wall-clock `time_limit` stopped the search."""
 
     order: tuple[int, ...]
     strategy: str
     peak: int
     program_peak: int
     peaks: dict[str, int]
+    work: int = 0
+    cut_short: bool = False
 
 
 def reorder(graph: Graph, order: Sequence[int]) -> Graph:
-    """`graph` with its nodes in `order` (GraphError unless a permutation of its ids)."""
-    if sorted(order) != sorted(n.id for n in graph.nodes):
-        raise GraphError(f"graph {graph.name!r}: an order must list every node id exactly once")
+    """`graph` with its nodes in `order` (GraphError unless a topological permutation)."""
+    if not is_topological(graph, order):
+        raise GraphError(
+            f"graph {graph.name!r}: an order must list every node id exactly once, "
+            "each after its inputs"
+        )
     return Graph.from_nodes(
         graph.name, [graph.node(i) for i in order], graph.outputs, graph.param_values
     )
 
 
 def is_topological(graph: Graph, order: Sequence[int]) -> bool:
-    """True when every node comes after all of its inputs in `order`."""
+    """True when `order` lists every node once, each after all of its inputs."""
     position = {node_id: step for step, node_id in enumerate(order)}
-    if len(position) != len(graph) or any(i not in position for i in (n.id for n in graph.nodes)):
+    if len(position) != len(graph) or len(order) != len(graph):
+        return False
+    if any(n.id not in position for n in graph.nodes):
         return False
     return all(position[i] < position[n.id] for n in graph.nodes for i in n.inputs)
 
 
-def _clear_inplace(graph: Graph) -> Graph:
-    """The graph with every `inplace` mark removed (decisions are per order)."""
-    if not any(n.attr(INPLACE_ATTR, -1) != -1 for n in graph.nodes):
-        return graph
-    nodes = [
-        evolve(n, attrs={**n.attr_dict, INPLACE_ATTR: -1}) if n.attr(INPLACE_ATTR, -1) != -1 else n
-        for n in graph.nodes
-    ]
-    return Graph.from_nodes(graph.name, nodes, graph.outputs, graph.param_values)
+@define
+class CostModel:
+    """The exact cost of an order: the lower bound of the plan the compiler makes for it
+    (alias analyses `analyses` run for that order, one liveness analysis, planned sizes
+    at `alignment`, params placement and tail guard as the plan has them). Counts the
+    work it does, in nodes analysed."""
+
+    graph: Graph
+    analyses: tuple[str, ...] = ANALYSES
+    alignment: int = 64
+    params_in_arena: bool = False
+    tail_guard: int = 0
+    work: int = 0
+
+    def liveness(self, order: Sequence[int]) -> Liveness:
+        self.work += len(order)
+        aliasing = analyze_aliasing(self.graph, order, self.analyses)
+        return analyze(
+            self.graph,
+            order,
+            aliasing,
+            params_in_arena=self.params_in_arena,
+            tail_guard=self.tail_guard,
+        )
+
+    def peak(self, order: Sequence[int]) -> int:
+        return lower_bound(self.liveness(order).buffers, self.alignment)
 
 
-def peak_of(graph: Graph, alignment: int = 64, inplace: bool = True) -> int:
+def peak_of(graph: Graph, alignment: int = 64, analyses: Sequence[str] = ANALYSES) -> int:
     """The lower bound of the plan for `graph` in its own node order (see module doc)."""
-    if inplace:
-        from tensorgraph.passes.reinplace import reinplace
-
-        graph = reinplace(_clear_inplace(graph)).graph
-    return lower_bound(analyze(graph).buffers, alignment)
+    return CostModel(graph, tuple(analyses), alignment).peak(tuple(n.id for n in graph.nodes))
 
 
 # ---------------------------------------------------------------- shared facts
@@ -106,38 +134,43 @@ class _Facts:
     size: dict[int, int]  # root id -> bytes (0 for boundary nodes: never scheduled)
     pinned: set[int]  # roots that never die: outputs, boundary nodes
     can_inplace: dict[int, tuple[int, ...]]  # node id -> roots it may overwrite
+    views: frozenset[int]  # nodes that are views (own no buffer, read nothing)
 
 
-def _facts(graph: Graph) -> _Facts:
+def _facts(graph: Graph, analyses: Sequence[str] = ANALYSES) -> _Facts:
+    """The facts for the alias analyses that will run: views only with `view_alias`,
+    in-place candidates (the order-independent rules 2-3 of `planner.aliasing`) only
+    with `reinplace`; the order-dependent rule (the operand dies here) is the
+    heuristics' own estimate, and `CostModel` gives the exact cost of the result."""
+    views = "view_alias" in analyses
     root: dict[int, int] = {}
     readers: dict[int, list[int]] = {}
     size: dict[int, int] = {}
+    is_view: set[int] = set()
     for node in graph.nodes:
-        is_view = bool(node.attr(VIEW_ATTR, False))
-        root[node.id] = root[node.inputs[0]] if is_view else node.id
-        if not is_view:
-            readers[node.id] = []
-            size[node.id] = 0 if OPS[node.op].boundary else node.nbytes
-            for r in dict.fromkeys(root[i] for i in node.inputs):
-                readers[r].append(node.id)
+        if views and view_of(graph, node) is not None:
+            is_view.add(node.id)
+            root[node.id] = root[node.inputs[0]]
+            continue
+        root[node.id] = node.id
+        readers[node.id] = []
+        size[node.id] = 0 if OPS[node.op].boundary else node.nbytes
+        for r in dict.fromkeys(root[i] for i in node.inputs):
+            readers[r].append(node.id)
     pinned = {root[o] for o in graph.outputs}
     pinned |= {n.id for n in graph.nodes if OPS[n.op].boundary}
     can_inplace: dict[int, tuple[int, ...]] = {}
-    for node in graph.nodes:
-        opdef = OPS[node.op]
-        if not (opdef.elementwise or node.op == "slice_update") or node.attr(VIEW_ATTR, False):
-            continue
-        slots = range(len(node.inputs)) if opdef.elementwise else (0,)
+    for node in graph.nodes if "reinplace" in analyses else ():
         candidates = []
-        for k in slots:
+        for k in inplace_slots(node):
             operand = graph.node(node.inputs[k])
             r = root[operand.id]
-            full = size[r] == operand.nbytes == node.nbytes
+            full = size[r] == operand.nbytes == node.nbytes > 0
             if full and operand.dtype == node.dtype and r not in pinned:
                 candidates.append(r)
         if candidates:
             can_inplace[node.id] = tuple(candidates)
-    return _Facts(root, readers, size, pinned, can_inplace)
+    return _Facts(root, readers, size, pinned, can_inplace, frozenset(is_view))
 
 
 def _split_boundary(graph: Graph) -> tuple[list[int], list[Node]]:
@@ -148,10 +181,10 @@ def _split_boundary(graph: Graph) -> tuple[list[int], list[Node]]:
 # ---------------------------------------------------------------- greedy
 
 
-def greedy_order(graph: Graph) -> tuple[int, ...]:
+def greedy_order(graph: Graph, analyses: Sequence[str] = ANALYSES) -> tuple[int, ...]:
     """List scheduling by least added live bytes (see module docstring). O(n log n) plus
     one re-scoring of a root's last pending reader when that root's count drops to 1."""
-    facts = _facts(graph)
+    facts = _facts(graph, analyses)
     boundary, compute = _split_boundary(graph)
     position = {n.id: p for p, n in enumerate(graph.nodes)}
     done = set(boundary)
@@ -180,7 +213,7 @@ def greedy_order(graph: Graph) -> tuple[int, ...]:
         node = graph.node(node_id)
         done.add(node_id)
         order.append(node_id)
-        reads = () if node.attr(VIEW_ATTR, False) else node.inputs  # a view reads nothing
+        reads = () if node_id in facts.views else node.inputs  # a view reads nothing
         for r in dict.fromkeys(facts.root[i] for i in reads):
             pending[r] -= 1
             if pending[r] == 1:  # its last reader now frees it: re-score that reader
@@ -198,10 +231,10 @@ def greedy_order(graph: Graph) -> tuple[int, ...]:
 # ---------------------------------------------------------------- subtree (Liu)
 
 
-def subtree_order(graph: Graph) -> tuple[int, ...]:
+def subtree_order(graph: Graph, analyses: Sequence[str] = ANALYSES) -> tuple[int, ...]:
     """Sethi-Ullman / Liu order: post-order from the outputs, children by decreasing
     (subtree peak - result bytes). Iterative, so deep graphs do not hit recursion limits."""
-    facts = _facts(graph)
+    facts = _facts(graph, analyses)
     boundary, compute = _split_boundary(graph)
     result_bytes = {n.id: facts.size.get(n.id, 0) for n in graph.nodes}
     peak: dict[int, int] = {}
@@ -237,16 +270,16 @@ def subtree_order(graph: Graph) -> tuple[int, ...]:
 # ---------------------------------------------------------------- local search
 
 
-def _moves(graph: Graph, order: tuple[int, ...], alignment: int) -> list[tuple[int, ...]]:
+def _moves(graph: Graph, order: tuple[int, ...], cost: CostModel) -> list[tuple[int, ...]]:
     """Candidate neighbours of `order`: for each buffer live at the peak step, sink its
     producer to just before its first reader, and hoist its last reader to just after
     that reader's latest input. Largest buffers first."""
-    live = analyze(reorder(graph, order))
-    peak_step = live.peak_step()
+    live = cost.liveness(order)
+    peak_step = live.peak_step(cost.alignment)
     position = {node_id: step for step, node_id in enumerate(order)}
     users = graph.users()
     moves = []
-    for buffer in sorted(live.live_at(peak_step), key=lambda b: -b.size):
+    for buffer in sorted(live.live_at(peak_step), key=lambda b: (-b.size, b.id)):
         producer = graph.node(buffer.id)
         if OPS[producer.op].boundary:
             continue
@@ -275,54 +308,65 @@ def schedule(
     strategy: str = "best",
     *,
     alignment: int = 64,
-    inplace: bool = True,
-    time_budget: float | None = None,
+    analyses: Sequence[str] = ANALYSES,
+    params_in_arena: bool = False,
+    tail_guard: int = 0,
+    budget: int | None = None,
+    time_limit: float | None = None,
 ) -> ScheduleResult:
     """Choose a topological order of `graph` by `strategy` (one of STRATEGIES).
 
-    The result's `peak` is the lower bound of the plan for that order (with reinplace
-    decisions recomputed when `inplace`); `best` never returns a higher peak than
-    `program` and stops its local search after `time_budget` seconds."""
+    The result's `peak` is the lower bound of the plan for that order (`CostModel`, with
+    the alias analyses `analyses`). `best` never returns a higher peak than `program`;
+    its local search stops when no move improves the peak or after `budget` work units
+    (None: DEFAULT_BUDGET), so the same graph and options always give the same order.
+    `time_limit` (seconds) is an optional wall-clock cap; the result says when it cut
+    the search short. PlanError on a negative budget or time limit."""
     if strategy not in STRATEGIES:
         raise GraphError(f"unknown schedule {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    budget = DEFAULT_BUDGET if budget is None else budget
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise PlanError(f"schedule budget must be an int >= 0 (work units) but got {budget!r}")
+    if time_limit is not None and not time_limit >= 0:
+        raise PlanError(f"time_limit must be None or >= 0 seconds but got {time_limit!r}")
+    cost = CostModel(graph, tuple(analyses), alignment, params_in_arena, tail_guard)
     program = tuple(n.id for n in graph.nodes)
-
-    def cost(order: tuple[int, ...]) -> int:
-        return peak_of(reorder(graph, order), alignment, inplace)
-
-    program_peak = cost(program)
-    builders: dict[str, Callable[[Graph], tuple[int, ...]]] = {
+    program_peak = cost.peak(program)
+    builders: dict[str, Callable[[Graph, Sequence[str]], tuple[int, ...]]] = {
         "greedy": greedy_order,
         "subtree": subtree_order,
     }
-    if strategy == "program":
-        return ScheduleResult(
-            program, "program", program_peak, program_peak, {"program": program_peak}
-        )
-    if strategy in builders:
-        order = builders[strategy](graph)
-        peak = cost(order)
-        return ScheduleResult(
-            order, strategy, peak, program_peak, {"program": program_peak, strategy: peak}
-        )
-    deadline = time.perf_counter() + (DEFAULT_BUDGET if time_budget is None else time_budget)
     peaks = {"program": program_peak}
+    if strategy == "program":
+        return ScheduleResult(program, "program", program_peak, program_peak, peaks, cost.work)
+    if strategy in builders:
+        order = builders[strategy](graph, cost.analyses)
+        peaks[strategy] = cost.peak(order)
+        return ScheduleResult(order, strategy, peaks[strategy], program_peak, peaks, cost.work)
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
     best_order, best_name, best_peak = program, "program", program_peak
     for name, build in builders.items():
-        order = build(graph)
-        peaks[name] = cost(order)
+        order = build(graph, cost.analyses)
+        peaks[name] = cost.peak(order)
         if peaks[name] < best_peak:
             best_order, best_name, best_peak = order, name, peaks[name]
-    improved = True
-    while improved and time.perf_counter() < deadline:
+    improved, cut_short = True, False
+    while improved and cost.work < budget:
         improved = False
-        for candidate in _moves(graph, best_order, alignment):
-            if time.perf_counter() >= deadline:
+        for candidate in _moves(graph, best_order, cost):
+            if cost.work >= budget:
                 break
-            peak = cost(candidate)
+            if deadline is not None and time.perf_counter() >= deadline:
+                cut_short = True
+                break
+            peak = cost.peak(candidate)
             if peak < best_peak:
                 best_order, best_peak, improved = candidate, peak, True
                 best_name = best_name if best_name.endswith("+search") else best_name + "+search"
                 break
+        if cut_short:
+            break
     peaks["best"] = best_peak
-    return ScheduleResult(best_order, best_name, best_peak, program_peak, peaks)
+    return ScheduleResult(
+        best_order, best_name, best_peak, program_peak, peaks, cost.work, cut_short
+    )

@@ -1,19 +1,27 @@
 """The arena executor: runs a planned graph inside one byte buffer, the physical oracle.
 
 Memory is two NumPy byte arrays: the arena (`plan.arena_size` bytes) and the constant
-segment (`plan.constant_size` bytes), both first filled with a garbage byte pattern.
-Params and constants are written at their planned offsets (the segment, or the arena
-when planned there) and inputs at theirs, all before the first step. Then, in schedule
-order, every computing node reads its arguments as ndarrays over the bytes at their
-planned offsets and writes its result over the bytes at its own offset: an in-place
-node's offset is its operand's (the kernel returns a fresh array, so the op computes
-first and overwrites after); a view computes nothing, its bytes are its root's.
-Outputs are copied out only after the last step.
+segment (`plan.constant_size` bytes), both first filled with `fill` (0xFF by default:
+NaN in every float type, -1 or the maximum in integers). Params and constants are
+written at their planned offsets (the segment, or the arena when planned there) and
+inputs at theirs, all before the first step. Then, in the plan's order, every
+computing node reads its arguments as ndarrays over the bytes at their planned offsets
+and writes its result over the bytes at its own offset: an in-place node's offset is
+its operand's; a view computes nothing, its bytes are its root's. After each step, the
+buffers whose lifetime ended there are poisoned (`POISON`: NaN for floats, an unlikely
+pattern for integers), so a plan that lets a value be read after its bytes were
+released gives wrong numbers too. Outputs are copied out only after the last step.
+
+The kernels return fresh arrays, so an in-place op computes before it overwrites. That
+equals a kernel writing element by element only when every operand sharing the written
+bytes is read with the same element mapping; any other overlap between a node's
+written bytes and its operands' bytes is a PlanError naming both, so the oracle never
+hides an order-dependent in-place write.
 
 So the executor trusts the plan and nothing else: a plan that lets two live values
 share bytes, lets a later write clobber an output, or misplaces a view gives wrong
-numbers here (garbage is NaN-ish for floats) instead of passing silently. Every read
-and write is bounds-checked: a PlanError names the node whose bytes fall outside.
+numbers here instead of passing silently. Every read and write is bounds-checked: a
+PlanError names the node whose bytes fall outside.
 """
 
 from __future__ import annotations
@@ -26,14 +34,17 @@ import numpy as np
 from tensorgraph.errors import PlanError, RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
-from tensorgraph.ir.ops import OPS, VIEW_ATTR
+from tensorgraph.ir.ops import OPS
+from tensorgraph.planner.aliasing import Aliasing, same_mapping
 from tensorgraph.runtime.feeds import bind_feeds
 from tensorgraph.runtime.kernels import constant_value, evaluate
 
 if TYPE_CHECKING:
     from tensorgraph.planner.plan import MemoryPlan
 
-GARBAGE = 0xA5  # float32 0xA5A5A5A5 is about -2.9e-16, bfloat16/float16 similar: never 0
+GARBAGE = 0xFF  # every byte 0xFF: NaN in float16, bfloat16, float32; -1 in signed ints
+POISON_FLOAT = 0xFF  # released float bytes read as NaN
+POISON_INT = 0xA5  # released integer bytes: int32 -1515870811, int8 -91, bool 0xA5
 
 
 class _Memory:
@@ -72,32 +83,81 @@ class _Memory:
         self.at(node)[...] = value
 
 
+def _check_overlaps(graph: Graph, plan: MemoryPlan, node: Node) -> None:
+    """PlanError when `node` writes bytes that an operand is read from with another
+    element mapping (see the module docstring)."""
+    if node.id not in plan.offsets:
+        return
+    low, high = plan.offsets[node.id], plan.offsets[node.id] + node.nbytes
+    for i in dict.fromkeys(node.inputs):
+        if i not in plan.offsets:
+            continue
+        operand = graph.node(i)
+        o_low = plan.offsets[i]
+        overlaps = o_low < high and low < o_low + operand.nbytes
+        if (
+            overlaps
+            and node.nbytes
+            and operand.nbytes
+            and not same_mapping(node, operand, o_low - low)
+        ):
+            raise PlanError(
+                f"{describe(node)} writes arena bytes [{low}, {high}) while reading "
+                f"{describe(operand)} from overlapping bytes "
+                f"[{o_low}, {o_low + operand.nbytes}): the result would depend on the "
+                "kernel's element order"
+            )
+
+
+def _poison(graph: Graph, plan: MemoryPlan, memory: _Memory, buffer_id: int) -> None:
+    """Overwrite a released buffer with the poison of its root's dtype."""
+    root = graph.node(buffer_id)
+    low = plan.buffer_offsets[buffer_id]
+    byte = POISON_FLOAT if root.dtype.is_float else POISON_INT
+    memory.arena[low : low + root.nbytes] = byte
+
+
 def run_arena(
     graph: Graph,
     plan: MemoryPlan,
     inputs: Mapping[str, object],
     params: Mapping[str, object] | None = None,
     *,
+    aliasing: Aliasing | None = None,
     fill: int = GARBAGE,
 ) -> list[np.ndarray]:
     """The outputs of `graph` (copies, in output order) run inside `plan`'s memory.
 
-    `plan` is the `MemoryPlan` of exactly this graph and node order; `fill` is the byte
-    the memory starts as. Raises RunError (from `bind_feeds`) on a missing, extra or
-    mistyped input or param, and PlanError naming the node whose planned bytes are
-    missing or outside the arena or constant segment."""
-    if not isinstance(fill, int) or not 0 <= fill <= 255:
+    `plan` is the `MemoryPlan` of exactly this graph, made with `aliasing` (None: the
+    aliasing the plan records); steps run
+    in the plan's order; `fill` is the byte the memory starts as. Raises RunError (from
+    `bind_feeds`) on a missing, extra or mistyped input or param, and PlanError naming
+    the node whose planned bytes are missing, outside the arena or constant segment, or
+    overlap its operands' bytes with another element mapping."""
+    if isinstance(fill, bool) or not isinstance(fill, int) or not 0 <= fill <= 255:
         raise RunError(f"fill must be a byte value in [0, 255] but got {fill!r}")
     feeds = bind_feeds(graph, inputs, params)
+    aliasing = plan.aliasing if aliasing is None else aliasing
     memory = _Memory(plan, fill)
-    for node in graph.nodes:
+    steps = plan.liveness.steps
+    for node_id in steps:
+        node = graph.node(node_id)
         if node.op == "constant":
             memory.write(node, constant_value(node))
         elif OPS[node.op].boundary:
             memory.write(node, np.asarray(feeds[node.id], node.dtype.to_numpy()))
-    for node in graph.nodes:
-        if OPS[node.op].boundary or node.attr(VIEW_ATTR, False):
-            continue
-        args = [memory.at(graph.node(i)) for i in node.inputs]
-        memory.write(node, evaluate(node, args))
+    released: dict[int, list[int]] = {}
+    for b in plan.buffers:
+        if b.end < len(steps):
+            released.setdefault(b.end - 1, []).append(b.id)
+    for step, node_id in enumerate(steps):
+        node = graph.node(node_id)
+        alias = aliasing.of(node_id)
+        if not OPS[node.op].boundary and (alias is None or alias.kind != "view"):
+            memory.at(node)  # bounds first: the clearer message for a misplaced value
+            _check_overlaps(graph, plan, node)
+            args = [memory.at(graph.node(i)) for i in node.inputs]
+            memory.write(node, evaluate(node, args))
+        for buffer_id in released.get(step, ()):
+            _poison(graph, plan, memory, buffer_id)
     return [np.array(memory.at(graph.node(o)), copy=True) for o in graph.outputs]

@@ -123,14 +123,14 @@ A = Node(0, "input", (), {"name": "a", "shape": (2,), "dtype": "float32"}, (2,),
 
 
 def test_verifier_rejects_dangling_and_out_of_order_nodes() -> None:
-    dangling = Node(1, "exp", (7,), {"inplace": -1}, (2,), F32)
+    dangling = Node(1, "exp", (7,), {}, (2,), F32)
     with pytest.raises(tg.GraphError, match=r"%1 exp: input %7 is no node"):
         verify(Graph.from_nodes("bad", [A, dangling], [1]))
-    later = Node(2, "exp", (3,), {"inplace": -1}, (2,), F32)
-    after = Node(3, "exp", (0,), {"inplace": -1}, (2,), F32)
+    later = Node(2, "exp", (3,), {}, (2,), F32)
+    after = Node(3, "exp", (0,), {}, (2,), F32)
     with pytest.raises(tg.GraphError, match=r"%2 exp: input %3 is a later node"):
         verify(Graph.from_nodes("order", [A, later, after], [2]))
-    cycle = [A, Node(1, "exp", (2,), {"inplace": -1}, (2,), F32), later]
+    cycle = [A, Node(1, "exp", (2,), {}, (2,), F32), later]
     with pytest.raises(tg.GraphError, match=r"%1 exp: input %2 is a later node"):
         verify(Graph.from_nodes("cycle", cycle, [1]))
     with pytest.raises(tg.GraphError, match=r"output 0 is %5, no node"):
@@ -138,10 +138,10 @@ def test_verifier_rejects_dangling_and_out_of_order_nodes() -> None:
 
 
 def test_verifier_rejects_wrong_inference_unknown_ops_and_duplicates() -> None:
-    wrong_shape = Node(1, "exp", (0,), {"inplace": -1}, (3,), F32)
+    wrong_shape = Node(1, "exp", (0,), {}, (3,), F32)
     with pytest.raises(tg.ShapeError, match=r"%1 exp: shape \(3,\) but inference gives \(2,\)"):
         verify(Graph.from_nodes("shape", [A, wrong_shape], [1]))
-    wrong_dtype = Node(1, "exp", (0,), {"inplace": -1}, (2,), tg.float16)
+    wrong_dtype = Node(1, "exp", (0,), {}, (2,), tg.float16)
     with pytest.raises(tg.DTypeError, match=r"%1 exp: dtype float16 but inference gives float32"):
         verify(Graph.from_nodes("dtype", [A, wrong_dtype], [1]))
     with pytest.raises(tg.GraphError, match=r"%1 nope: unknown op 'nope'"):

@@ -45,12 +45,17 @@ def test_decoder_layers_share_one_mask_and_one_rotary_table() -> None:
         h = nn.llama_block(h, params, heads, cos, sin, mask)
     g.output(h)
     assert count(g, "where") == layers and count(g, "cos") == layers and count(g, "sin") == layers
-    prog = tg.compile(g)
+    prog = tg.compile(g, passes=("dce", "cse", "view_alias", "reinplace"))  # no folding
     assert count(prog.graph, "where") == 1
     assert count(prog.graph, "cos") == 1 and count(prog.graph, "sin") == 1
     # Three distinct aranges survive: inv_freq exponents (0..4, float32), positions (0..8,
     # float32), and the mask's rows and columns, which are the same arange (0..8, int32).
     assert count(prog.graph, "arange") == 3
+    # With folding, the one mask and the one pair of tables become constants: nothing of
+    # them is computed at run time.
+    folded = tg.compile(g)
+    assert {"where", "cos", "sin", "arange"}.isdisjoint(n.op for n in folded.graph.nodes)
+    assert folded.stats["fold"]["folded"] == 3  # mask, cos table, sin table
     inputs, _ = feeds(g)
     assert_same(
         prog.run(inputs, backend="arena"), tg.compile(g, passes=()).run(inputs, backend="numpy")

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 import tensorgraph as tg
 from tensorgraph.ir.verify import verify
-from tensorgraph.passes import PASSES
+from tensorgraph.passes import REWRITES
 from tensorgraph.planner.plan import plan_memory
 from tensorgraph.runtime.arena import run_arena
 from tensorgraph.runtime.reference import run_reference
@@ -21,16 +21,16 @@ def assert_same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
         np.testing.assert_array_equal(g, w)
 
 
-@given(graphs(), st.sampled_from(sorted(PASSES)))
+@given(graphs(), st.sampled_from(sorted(REWRITES)))
 def test_each_pass_alone_preserves_outputs_and_invariants(graph: tg.Graph, name: str) -> None:
     before = graph.to_json()
     inputs, params = feeds(graph)
     want = run_reference(graph, inputs, params)
-    result = PASSES[name](graph)
+    result = REWRITES[name](graph)
     verify(result.graph)
     assert graph.to_json() == before, "a pass mutated its input graph"
     assert_same(run_reference(result.graph, inputs, params), want)
-    plan = plan_memory(result.graph, "greedy_size", 64, check=True)
+    plan = plan_memory(result.graph, algorithm="greedy_size", alignment=64)
     assert_same(run_arena(result.graph, plan, inputs, params), want)
 
 

@@ -1,8 +1,7 @@
 """Reinplacing: only where the operand's whole root dies, never into what must survive."""
 
 import tensorgraph as tg
-from tensorgraph.ir.ops import INPLACE_ATTR
-from tensorgraph.passes import dce, reinplace, view_alias
+from tensorgraph.planner.aliasing import analyze_aliasing
 from tensorgraph.planner.liveness import analyze
 from tests.passes.test_pipeline_properties import assert_same
 from tests.strategies import feeds
@@ -12,7 +11,11 @@ MIB = 1 << 20
 
 def inplace_ops(prog: tg.Program) -> dict[int, int]:
     """node id -> operand index it overwrites."""
-    return {n.id: n.attr(INPLACE_ATTR) for n in prog.graph.nodes if n.attr(INPLACE_ATTR, -1) != -1}
+    return {
+        i: prog.graph.node(i).inputs.index(a.source)
+        for i, a in prog.aliasing.aliases.items()
+        if a.kind == "inplace"
+    }
 
 
 def test_hazard_value_read_twice_is_overwritten_at_most_at_its_last_reader() -> None:
@@ -58,10 +61,12 @@ def test_elementwise_chain_needs_one_tensor_plus_the_input() -> None:
 
 
 def _single_reuse(g: tg.Graph) -> dict[int, int]:
+    """node id -> operand index it overwrites, for `g` in its own order."""
+    aliasing = analyze_aliasing(g)
     return {
-        n.id: n.attr(INPLACE_ATTR)
-        for n in reinplace(view_alias(g).graph).graph.nodes
-        if n.attr(INPLACE_ATTR, -1) != -1
+        i: g.node(i).inputs.index(a.source)
+        for i, a in aliasing.aliases.items()
+        if a.kind == "inplace"
     }
 
 
@@ -110,7 +115,7 @@ def test_narrow_view_at_an_offset_is_not_reused() -> None:
     t = tg.exp(g.input("x", (4, 8)))
     lower = t[2:4]  # axis-0 narrow: a view at byte offset 64
     g.output(tg.tanh(lower))
-    live = analyze(view_alias(dce(g).graph).graph)
+    live = analyze(g, None, analyze_aliasing(g, None, ("view_alias",)))
     assert live.storage[lower.id].offset == 2 * 8 * 4
     assert _single_reuse(g) == {}
 

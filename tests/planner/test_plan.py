@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tensorgraph as tg
-from tensorgraph.ir.node import evolve
-from tensorgraph.ir.ops import INPLACE_ATTR, VIEW_ATTR, view_offset
+from tensorgraph.ir.ops import view_offset
 from tensorgraph.planner import plan as plan_module
+from tensorgraph.planner.aliasing import Alias, Aliasing
 from tensorgraph.planner.assign import ALGORITHMS
 from tensorgraph.planner.buffers import Assignment, align_up
 from tensorgraph.planner.plan import MemoryPlan, plan_memory
@@ -26,19 +26,20 @@ def verified(plan: MemoryPlan) -> None:
     verify_assignment(plan.buffers, assignment, plan.alignment)
 
 
-def check_offsets(graph: tg.Graph, plan: MemoryPlan) -> None:
+def check_offsets(graph: tg.Graph, plan: MemoryPlan, aliasing: Aliasing) -> None:
     """Every node's offset from first principles: a view sits at its input's offset plus
     `view_offset`, an in-place node at its operand's, any other node at its own buffer's
     (arena) or its own slot (constant segment); each node is in exactly one segment."""
     for node in graph.nodes:
         where = plan.offsets if node.id in plan.offsets else plan.constant_offsets
         assert (node.id in plan.offsets) != (node.id in plan.constant_offsets)
-        if node.attr(VIEW_ATTR, False):
+        alias = aliasing.of(node.id)
+        if alias is not None and alias.kind == "view":
             source = graph.node(node.inputs[0])
             extra = view_offset(node.op, node.attr_dict, source.shape, node.dtype, source.dtype)
             assert where[node.id] == where[source.id] + extra
-        elif node.attr(INPLACE_ATTR, -1) != -1:
-            assert where[node.id] == where[node.inputs[node.attr(INPLACE_ATTR)]]
+        elif alias is not None:
+            assert where[node.id] == where[alias.source]
         elif where is plan.offsets:
             assert plan.offsets[node.id] == plan.buffer_offsets[node.id]
 
@@ -65,7 +66,7 @@ def test_plans_of_random_graphs_verify(graph, algorithm, alignment) -> None:
     assert plan.lower_bound <= plan.arena_size <= plan.total_unshared
     assert plan.bytes_saved == plan.total_unshared - plan.arena_size
     assert plan.total_unshared == sum(align_up(b.size, alignment) for b in plan.buffers)
-    check_offsets(prog.graph, plan)
+    check_offsets(prog.graph, plan, prog.aliasing)
     check_constant_segment(prog.graph, plan)
 
 
@@ -73,7 +74,7 @@ def test_plans_of_random_graphs_verify(graph, algorithm, alignment) -> None:
 def test_plan_options_of_random_graphs_verify(graph, params_in_arena, tail_guard) -> None:
     prog = tg.compile(graph, params_in_arena=params_in_arena, tail_guard=tail_guard)
     verified(prog.plan)
-    check_offsets(prog.graph, prog.plan)
+    check_offsets(prog.graph, prog.plan, prog.aliasing)
     if params_in_arena:
         assert prog.plan.constant_size == 0 and not prog.plan.constant_offsets
 
@@ -85,13 +86,9 @@ def test_view_offsets_are_the_root_offset_plus_the_view_offset() -> None:
     rows = tg.narrow(t, 0, 1, 2)  # rows 1-2: 3 floats in, 12 bytes
     flat = rows.reshape(6)
     g.output(tg.tanh(flat), tg.sin(x))
-    nodes = [
-        evolve(n, attrs={**n.attr_dict, VIEW_ATTR: True}) if n.id in (rows.id, flat.id) else n
-        for n in g.nodes
-    ]
-    marked = tg.Graph.from_nodes("views", nodes, g.outputs)
+    views = Aliasing({rows.id: Alias(t.id, 12, "view"), flat.id: Alias(rows.id, 0, "view")})
     for algorithm in sorted(ALGORITHMS):
-        plan = plan_memory(marked, algorithm, alignment=64, check=True)
+        plan = plan_memory(g, None, views, algorithm=algorithm, alignment=64)
         root = plan.buffer_offsets[t.id]
         assert plan.offsets[rows.id] == root + 12 and plan.offsets[flat.id] == root + 12
         assert rows.id not in plan.buffer_offsets and flat.id not in plan.buffer_offsets
@@ -103,11 +100,11 @@ def test_constant_segment_is_back_to_back_and_aligned() -> None:
     a = g.param("a", (3,))  # 12 bytes
     b = g.param("b", (5,))  # 20 bytes
     g.output(x * a + b[:3])
-    plan = plan_memory(g, "best", alignment=16, check=True)
+    plan = plan_memory(g, algorithm="best", alignment=16, check=True)
     assert plan.constant_offsets[a.id] == 0 and plan.constant_offsets[b.id] == 16
     assert plan.constant_size == 48
     assert a.id not in plan.offsets and b.id not in plan.offsets
-    in_arena = plan_memory(g, "best", alignment=16, params_in_arena=True, check=True)
+    in_arena = plan_memory(g, algorithm="best", alignment=16, params_in_arena=True, check=True)
     assert in_arena.constant_size == 0 and a.id in in_arena.offsets
     live = {buf.id: buf for buf in in_arena.buffers}
     assert (live[a.id].start, live[a.id].end) == (0, len(g))
@@ -125,7 +122,7 @@ def test_alignment_need_not_be_a_power_of_two() -> None:
     g = tg.Graph()
     x = g.input("x", (5,))
     g.output(tg.exp(x) + tg.tanh(x))
-    plan = plan_memory(g, "greedy_size", alignment=24, check=True)
+    plan = plan_memory(g, algorithm="greedy_size", alignment=24, check=True)
     assert all(offset % 24 == 0 for offset in plan.buffer_offsets.values())
     assert plan.arena_size % 24 == 0
 
@@ -143,7 +140,7 @@ def test_check_verifies_whatever_algorithm_planned(monkeypatch) -> None:
     a, b = tg.exp(x), tg.tanh(x)  # live together until the add
     g.output(a + b)
 
-    def everything_at_zero(buffers, algorithm, alignment, time_budget):
+    def everything_at_zero(buffers, algorithm, alignment, **limits):
         return Assignment({buf.id: 0 for buf in buffers}, max(buf.size for buf in buffers))
 
     monkeypatch.setattr(plan_module, "assign_offsets", everything_at_zero)

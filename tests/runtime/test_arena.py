@@ -3,19 +3,19 @@ numbers bit for bit, and a plan that overlaps live buffers or clobbers an output
 different numbers (while the independent verifier names the two buffers)."""
 
 import attrs
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorgraph as tg
-from tensorgraph.ir.node import evolve
-from tensorgraph.ir.ops import INPLACE_ATTR
+from tensorgraph.planner.aliasing import Alias, Aliasing
 from tensorgraph.planner.assign import ALGORITHMS
 from tensorgraph.planner.buffers import Assignment
 from tensorgraph.planner.plan import MemoryPlan, plan_memory
 from tensorgraph.planner.verify import verify_assignment
-from tensorgraph.runtime.arena import run_arena
+from tensorgraph.runtime.arena import GARBAGE, POISON_FLOAT, run_arena
 from tensorgraph.runtime.reference import run_reference
 from tests.strategies import feeds, graphs
 
@@ -91,16 +91,55 @@ def test_a_hand_marked_inplace_chain_runs_in_one_buffer() -> None:
     b = tg.sin(a)  # into a
     c = b * x  # into b, so into a
     g.output(c)
-    marks = {b.id: 0, c.id: 0}
-    nodes = [
-        evolve(n, attrs={**n.attr_dict, INPLACE_ATTR: marks[n.id]}) if n.id in marks else n
-        for n in g.nodes
-    ]
-    marked = tg.Graph.from_nodes("chain", nodes, g.outputs)
-    plan = plan_memory(marked, "best", 64, check=True)
+    chain = Aliasing({b.id: Alias(a.id, 0, "inplace"), c.id: Alias(b.id, 0, "inplace")})
+    plan = plan_memory(g, None, chain, algorithm="best", alignment=64)
     assert plan.offsets[a.id] == plan.offsets[b.id] == plan.offsets[c.id]
     inputs = {"x": RNG.uniform(-1, 1, (8, 8)).astype(np.float32)}
-    assert_exact(run_arena(marked, plan, inputs), run_reference(g, inputs))
+    assert_exact(run_arena(g, plan, inputs), run_reference(g, inputs))
+
+
+def test_an_inplace_write_over_bytes_read_with_another_mapping_is_refused() -> None:
+    # The issue's blind spot: r + narrow(r, 0, 0, 1) written over r. Row 0 of r is read
+    # (broadcast) for every row while the add overwrites it, so a kernel writing element
+    # by element would read clobbered values for rows 1..3; computing into a temporary
+    # hides that. The alias analysis never makes this decision, the plan verifier and
+    # the arena executor both refuse it when it is forced.
+    g = tg.Graph("blind")
+    r = tg.exp(g.input("x", (4, 8)))
+    head = tg.narrow(r, 0, 0, 1)  # a view of r's first row
+    total = r + head
+    g.output(tg.tanh(total))
+    assert total.id not in tg.compile(g).aliasing.aliases
+    forced = Aliasing({head.id: Alias(r.id, 0, "view"), total.id: Alias(r.id, 0, "inplace")})
+    with pytest.raises(tg.PlanError, match=rf"%{total.id} add at step \d+ writes bytes"):
+        plan_memory(g, None, forced, algorithm="greedy_size", alignment=64)
+    unchecked = plan_memory(g, None, forced, algorithm="greedy_size", alignment=64, check=False)
+    inputs = {"x": RNG.uniform(-1, 1, (4, 8)).astype(np.float32)}
+    with pytest.raises(tg.PlanError, match=rf"%{total.id} add writes arena bytes .* %{head.id}"):
+        run_arena(g, unchecked, inputs)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+def test_the_fill_reads_as_nan_in_every_float_type(dtype) -> None:
+    # 0xFF bytes: all-ones exponent and a non-zero mantissa in every IEEE-style format.
+    assert np.isnan(np.full(16, GARBAGE, np.uint8).view(dtype).astype(np.float64)).all()
+    assert np.isnan(np.full(16, POISON_FLOAT, np.uint8).view(dtype).astype(np.float64)).all()
+
+
+def test_a_value_read_after_its_buffer_was_released_reads_poison() -> None:
+    # Shorten a's lifetime by hand (it ends right after its own step), so the plan says
+    # its bytes are free while the add still reads them: the executor poisons released
+    # bytes, and the add sees NaN instead of a stale but plausible value.
+    g, a, _ = two_live_values()
+    prog = tg.compile(g, passes=(), schedule="program")
+    plan = prog.plan
+    short = [
+        attrs.evolve(buf, end=buf.start + 1) if buf.id == a.id else buf for buf in plan.buffers
+    ]
+    broken = attrs.evolve(plan, buffers=tuple(short))
+    inputs = {"x": RNG.uniform(-1, 1, (16, 16)).astype(np.float32)}
+    got = run_arena(prog.graph, broken, inputs)[0]
+    assert np.isnan(got).all()
 
 
 # ---------------------------------------------------------------- broken plans

@@ -1,0 +1,214 @@
+"""Alias analysis: which values share bytes with another value, for one chosen order.
+
+The graph carries no memory decision. For a graph and an order, `analyze_aliasing`
+computes an `Aliasing`: for every node that owns no bytes of its own, an `Alias` naming
+the node whose bytes hold its value and the byte offset inside them. Two analyses exist
+(`ANALYSES`); the compiler runs the ones the user's pass list names, always after
+scheduling, so no pass order and no earlier compile can make an unsafe decision:
+
+- `view_alias`: a reshape, a same-dtype cast and an axis-0 narrow (whatever
+  `ops.view_offset` accepts) read their input's bytes at a byte offset and write none.
+  Safe in any order: a view never writes, and its reads extend its root's lifetime.
+- `reinplace`: an elementwise op, or `slice_update` over its target (operand 0), writes
+  its output over operand k when, for this order, by the one liveness analysis:
+  1. the operand's storage root is read by nothing after this step, through any view
+     or earlier in-place alias (`last_read[root] == step`); a graph output's root lives
+     to the end, so it never qualifies;
+  2. the operand sits at offset 0 of its root, and operand, root and output have the
+     same byte size and dtype (no broadcast growth, no dtype change);
+  3. the class's root is not an input, param or constant (the caller's bytes, or the
+     constant segment loaded once);
+  4. every other operand reading the same root reads exactly the written bytes with the
+     same element mapping (offset 0, the output's shape up to leading 1s and its dtype,
+     see `same_mapping`),
+     so element i is read before element i is written, whatever order the kernel walks
+     the elements in. Anything else (`r + narrow(r, 0, 0, 1)` over `r`, the update of
+     a slice_update taken from its own target) is refused: it would depend on the
+     kernel's iteration order.
+
+Why one liveness analysis of the views suffices for chains: when n at step t reuses
+operand o whose root is p, rule 1 says p's readers all ran by t, so the merged class's
+last read is n's own. A later op m reusing n asks `last_read[n] == step(m)` of the same
+analysis and sees exactly the merged lifetime, by induction along the chain; `root_of`
+tracks which root each class ends in, for rules 3 and 4. O(nodes + edges).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from attrs import field, frozen
+
+from tensorgraph.errors import GraphError
+from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import Node, describe
+from tensorgraph.ir.ops import OPS, view_offset
+
+ANALYSES = ("view_alias", "reinplace")
+KINDS = ("view", "inplace")
+
+
+@frozen
+class Alias:
+    """A node's value lives in `source`'s bytes at byte `offset` (`kind` in KINDS)."""
+
+    source: int
+    offset: int
+    kind: str
+
+
+@frozen
+class Aliasing:
+    """The alias decisions for one graph and order: node id -> `Alias` for every node
+    that owns no bytes (absent ids own their buffer). `analyses` ran to make it."""
+
+    aliases: Mapping[int, Alias] = field(factory=dict)
+    analyses: tuple[str, ...] = ()
+
+    def of(self, node_id: int) -> Alias | None:
+        return self.aliases.get(node_id)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for a in self.aliases.values() if a.kind == kind)
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready form (node ids as strings), read back by `from_dict`."""
+        return {
+            "analyses": list(self.analyses),
+            "aliases": {str(k): [a.source, a.offset, a.kind] for k, a in self.aliases.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Aliasing:
+        try:
+            aliases = {
+                int(k): Alias(int(v[0]), int(v[1]), str(v[2])) for k, v in data["aliases"].items()
+            }
+            analyses = tuple(str(a) for a in data["analyses"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            raise GraphError(f"malformed aliasing record: {err}") from err
+        bad = [a.kind for a in aliases.values() if a.kind not in KINDS]
+        if bad:
+            raise GraphError(f"aliasing record has unknown alias kind(s) {sorted(set(bad))}")
+        return cls(aliases, analyses)
+
+
+def check_analyses(names: Sequence[str]) -> tuple[str, ...]:
+    """The analyses named in `names`, in canonical order (GraphError on an unknown one)."""
+    unknown = [n for n in names if n not in ANALYSES]
+    if unknown:
+        raise GraphError(f"unknown alias analysis {unknown}; known: {', '.join(ANALYSES)}")
+    return tuple(a for a in ANALYSES if a in names)
+
+
+def view_of(graph: Graph, node: Node) -> Alias | None:
+    """The view alias of `node` over its input, or None when it must copy."""
+    if not node.inputs:
+        return None
+    source = graph.node(node.inputs[0])
+    extra = view_offset(node.op, node.attr_dict, source.shape, node.dtype, source.dtype)
+    return None if extra is None else Alias(source.id, extra, "view")
+
+
+def inplace_slots(node: Node) -> range:
+    """Operand positions `node` may write over: any operand of an elementwise op, the
+    target of a slice_update; none for other ops."""
+    if node.op == "slice_update":
+        return range(1)
+    if OPS[node.op].elementwise:
+        return range(len(node.inputs))
+    return range(0)
+
+
+def same_mapping(node: Node, operand: Node, offset: int) -> bool:
+    """True when reading `operand` at byte `offset` of the bytes `node` writes visits
+    element i exactly where `node` writes element i (rule 4 of the module docstring).
+    An elementwise op reads element i of such an operand to write element i; so does a
+    slice_update of its target (and of an update as large as the target)."""
+    return (
+        (OPS[node.op].elementwise or node.op == "slice_update")
+        and offset == 0
+        and _without_leading_ones(operand.shape) == _without_leading_ones(node.shape)
+        and operand.dtype == node.dtype
+    )
+
+
+def _without_leading_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` less its leading 1s: broadcasting (1, 1, n) against (1, n) is the identity
+    on elements, so both read element i where the output writes element i."""
+    start = 0
+    while start < len(shape) and shape[start] == 1:
+        start += 1
+    return shape[start:]
+
+
+def analyze_aliasing(
+    graph: Graph, order: Sequence[int] | None = None, analyses: Sequence[str] = ANALYSES
+) -> Aliasing:
+    """The aliasing of `graph` run in `order` (its node order when None) with the
+    analyses named in `analyses` (see the module docstring)."""
+    from tensorgraph.planner.liveness import analyze
+
+    names = check_analyses(analyses)
+    order = tuple(n.id for n in graph.nodes) if order is None else tuple(order)
+    aliases: dict[int, Alias] = {}
+    if "view_alias" in names:
+        for node_id in order:
+            view = view_of(graph, graph.node(node_id))
+            if view is not None:
+                aliases[node_id] = view
+    if "reinplace" in names:
+        views = Aliasing(dict(aliases), names)
+        aliases.update(_reinplace(graph, order, analyze(graph, order, views)))
+    return Aliasing(aliases, names)
+
+
+def _reinplace(graph: Graph, order: Sequence[int], pre: object) -> dict[int, Alias]:
+    """In-place decisions by rules 1-4, from `pre`, the liveness with views only."""
+    root_of: dict[int, int] = {}  # a root of `pre` -> the root its class ends in
+    decided: dict[int, Alias] = {}
+    for step, node_id in enumerate(order):
+        node = graph.node(node_id)
+        if not node.nbytes:
+            continue
+        for k in inplace_slots(node):
+            operand = graph.node(node.inputs[k])
+            where = pre.storage[operand.id]
+            if pre.last_read[where.root] != step or where.offset != 0:
+                continue
+            first = graph.node(where.root)
+            if not operand.nbytes == first.nbytes == node.nbytes or operand.dtype != node.dtype:
+                continue
+            final = root_of.get(where.root, where.root)
+            if OPS[graph.node(final).op].boundary:
+                continue
+            if _hazard(graph, node, k, final, pre, root_of):
+                continue
+            decided[node.id] = Alias(operand.id, 0, "inplace")
+            root_of[node.id] = final
+            break
+    return decided
+
+
+def _hazard(
+    graph: Graph, node: Node, slot: int, root: int, pre: object, root_of: dict[int, int]
+) -> bool:
+    """True when another operand of `node` reads class `root` with another mapping."""
+    for j, i in enumerate(node.inputs):
+        if j == slot:
+            continue
+        where = pre.storage[i]
+        if root_of.get(where.root, where.root) != root:
+            continue
+        if not same_mapping(node, graph.node(i), where.offset):
+            return True
+    return False
+
+
+def explain(graph: Graph, aliasing: Aliasing, node_id: int) -> str:
+    """One line saying where `node_id`'s bytes live (for reports and errors)."""
+    alias = aliasing.of(node_id)
+    node = graph.node(node_id)
+    if alias is None:
+        return f"{describe(node)}: own buffer"
+    return f"{describe(node)}: {alias.kind} of %{alias.source} at +{alias.offset} B"

@@ -1,0 +1,119 @@
+"""`verify_plan`: proves a compiled plan safe, independently of how it was made.
+
+Runs on every compiled plan (compile's `verify=True` default) and again on load. It
+trusts neither the offset algorithm nor the alias analysis:
+
+1. `verify_assignment` (an event sweep sharing no code with the algorithms): every
+   buffer has an aligned offset inside the arena, and buffers live at the same step
+   share no byte;
+2. every node's planned bytes lie inside the arena or the constant segment, and an
+   aliased node's bytes are its source's plus the alias offset;
+3. versions: a value's bytes are written at its writer's step (the node itself, or for
+   a view the node it views, transitively). No other write may touch those bytes after
+   that step while the value is still read; a write at the very step of a read is
+   allowed only when the writer reads that operand with the same element mapping
+   (`aliasing.same_mapping`), so the element order of a kernel cannot matter.
+
+Check 3 is what makes an in-place decision safe: it is derived from the offsets and the
+schedule alone. O(nodes + edges + writes per root * values per root).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+from tensorgraph.errors import PlanError
+from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import describe
+from tensorgraph.ir.ops import OPS
+from tensorgraph.planner.aliasing import Aliasing, same_mapping
+from tensorgraph.planner.buffers import Assignment
+from tensorgraph.planner.verify import verify_assignment
+
+
+def verify_plan(graph: Graph, plan: object, aliasing: Aliasing) -> None:
+    """Raise PlanError naming the buffers or nodes if `plan` is unsafe for `graph` run in
+    the plan's order with `aliasing` (see the module docstring); None when it is sound."""
+    assignment = Assignment(dict(plan.buffer_offsets), plan.arena_size)
+    verify_assignment(plan.buffers, assignment, plan.alignment)
+    live = plan.liveness
+    _check_placement(graph, plan, aliasing)
+    _check_versions(graph, plan, aliasing, live)
+
+
+def _where(plan: object, node_id: int) -> tuple[str, int]:
+    if node_id in plan.offsets:
+        return "arena", plan.offsets[node_id]
+    if node_id in plan.constant_offsets:
+        return "constants", plan.constant_offsets[node_id]
+    raise PlanError(f"%{node_id}: the plan gives this value no bytes")
+
+
+def _check_placement(graph: Graph, plan: object, aliasing: Aliasing) -> None:
+    for node in graph.nodes:
+        segment, offset = _where(plan, node.id)
+        top = plan.arena_size if segment == "arena" else plan.constant_size
+        if offset < 0 or offset + node.nbytes > top:
+            raise PlanError(
+                f"{describe(node)}: bytes [{offset}, {offset + node.nbytes}) fall outside the "
+                f"{segment} of {top} bytes"
+            )
+        alias = aliasing.of(node.id)
+        if alias is not None and _where(plan, alias.source) != (segment, offset - alias.offset):
+            raise PlanError(
+                f"{describe(node)}: planned at {segment}+{offset}, but it is a {alias.kind} "
+                f"of %{alias.source} at +{alias.offset}"
+            )
+
+
+def _check_versions(graph: Graph, plan: object, aliasing: Aliasing, live: object) -> None:
+    last_use = live.last_use
+    # Boundary values are written before the first step runs.
+    written = {
+        n: -1 if OPS[graph.node(n).op].boundary else step for n, step in live.step_of.items()
+    }
+    writer: dict[int, int] = {}  # node -> the node whose step wrote its bytes
+    writes: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
+    for node_id in live.steps:
+        node = graph.node(node_id)
+        alias = aliasing.of(node_id)
+        if alias is not None and alias.kind == "view":
+            writer[node_id] = writer[alias.source]
+            continue
+        writer[node_id] = node_id
+        segment, offset = _where(plan, node_id)
+        if node.nbytes:
+            writes[segment].append((written[node_id], offset, offset + node.nbytes, node_id))
+    for segment_writes in writes.values():
+        segment_writes.sort()
+    starts = {segment: [w[0] for w in ws] for segment, ws in writes.items()}
+    for node in graph.nodes:
+        born, dies = written[writer[node.id]], last_use[node.id]
+        if not node.nbytes or dies <= born:
+            continue
+        segment, low = _where(plan, node.id)
+        high = low + node.nbytes
+        segment_writes = writes[segment]
+        first = bisect.bisect_right(starts[segment], born)
+        for step, w_low, w_high, w_id in segment_writes[first:]:
+            if step > dies:
+                break
+            if w_high <= low or high <= w_low:
+                continue
+            if step == dies and _reads_alike(graph, w_id, node.id, w_low, low):
+                continue
+            raise PlanError(
+                f"{describe(graph.node(w_id))} at step {step} writes bytes [{w_low}, {w_high}) "
+                f"of the {segment}, overwriting {describe(node)} (bytes [{low}, {high}), "
+                f"written at step {born}, read until step {dies})"
+            )
+
+
+def _reads_alike(graph: Graph, writer_id: int, value_id: int, w_low: int, low: int) -> bool:
+    """True when `writer_id` reads `value_id` with the same element mapping it writes,
+    and reads it at this step for the last time (the caller checked the step)."""
+    writer = graph.node(writer_id)
+    if value_id not in writer.inputs or OPS[writer.op].boundary:
+        return False
+    return same_mapping(writer, graph.node(value_id), low - w_low)

@@ -1,0 +1,168 @@
+"""Saving and loading compiled programs: `prog.save(path)`, `tg.load(path)`.
+
+A program file is a zip archive (Python's zipfile: every member carries a CRC-32, so a
+flipped byte is caught) holding:
+
+- `program.json`: the format number, the graph (structure and constants, as
+  `Graph.to_json` writes it, without bound weights), the order, the aliasing, the
+  compile options, the statistics, and the plan's buffer offsets and arena size;
+- `params/<k>.bin`: each bound param's raw bytes (row-major), listed in the JSON with
+  its name, dtype and shape.
+
+Loading rebuilds the program without recompiling (no pass, no schedule, no search):
+the graph is verified, liveness is recomputed from (graph, order, aliasing), which is
+cheap and deterministic, the stored offsets are laid over it, and `verify_plan` proves
+the result, so a tampered file can never yield an unsafe plan. Anything wrong (missing
+file, not a zip, truncated, bad CRC, missing member, wrong format number, a weight of
+the wrong size, a plan that fails verification) is one LoadError naming the file and
+what is wrong, never a partial program.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from tensorgraph.errors import LoadError, TensorGraphError
+from tensorgraph.ir.dtypes import as_dtype
+from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.verify import verify
+
+FORMAT = 1
+MANIFEST = "program.json"
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def save(program: object, path: str | os.PathLike) -> None:
+    """Write `program` to `path` (see the module docstring); the filesystem's OSError,
+    which names the path, when it cannot be written."""
+    from attrs import asdict
+
+    graph = program.graph
+    structure = Graph.from_nodes(graph.name, graph.nodes, graph.outputs)
+    params, blobs = [], []
+    for k, (name, value) in enumerate(sorted(graph.param_values.items())):
+        array = np.ascontiguousarray(value)
+        params.append(
+            {
+                "name": name,
+                "dtype": str(as_dtype(array.dtype)),
+                "shape": list(array.shape),
+                "member": f"params/{k}.bin",
+            }
+        )
+        blobs.append((f"params/{k}.bin", array.tobytes()))
+    plan = program.plan
+    document = {
+        "format": FORMAT,
+        "graph": json.loads(structure.to_json()),
+        "order": list(program.order),
+        "aliasing": program.aliasing.to_dict(),
+        "options": _jsonable(asdict(program.options)),
+        "stats": _jsonable(dict(program.stats)),
+        "plan": {
+            "algorithm": plan.algorithm,
+            "alignment": plan.alignment,
+            "arena_size": plan.arena_size,
+            "buffer_offsets": [[b, plan.buffer_offsets[b]] for b in plan.buffer_offsets],
+        },
+        "params": params,
+    }
+    target = Path(path)
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_STORED) as archive:
+        archive.writestr(MANIFEST, json.dumps(document))
+        for member, data in blobs:
+            archive.writestr(member, data)
+
+
+def load(path: str | os.PathLike) -> object:
+    """The program saved at `path`, ready to run (see the module docstring); LoadError
+    naming the file and the problem otherwise."""
+    where = Path(path)
+    try:
+        return _load(where)
+    except LoadError:
+        raise
+    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as err:
+        raise LoadError(f"{where}: cannot read the program file ({err})") from err
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        raise LoadError(f"{where}: malformed program file ({type(err).__name__}: {err})") from err
+    except TensorGraphError as err:
+        raise LoadError(f"{where}: the saved program is not sound: {err}") from err
+
+
+def _load(where: Path) -> object:
+    from tensorgraph.compiler import CompileOptions, Program
+    from tensorgraph.planner.aliasing import Aliasing
+    from tensorgraph.planner.buffers import Assignment
+    from tensorgraph.planner.check import verify_plan
+    from tensorgraph.planner.liveness import analyze
+    from tensorgraph.planner.plan import assemble_plan
+
+    if not where.is_file():
+        raise LoadError(f"{where}: no such program file")
+    with zipfile.ZipFile(where) as archive:
+        bad = archive.testzip()
+        if bad is not None:
+            raise LoadError(f"{where}: member {bad!r} is corrupt (CRC mismatch)")
+        document = json.loads(archive.read(MANIFEST).decode("utf-8"))
+        if not isinstance(document, dict) or document.get("format") != FORMAT:
+            found = document.get("format") if isinstance(document, dict) else None
+            raise LoadError(f"{where}: not a tensorgraph program of format {FORMAT} ({found!r})")
+        graph = Graph.from_json(json.dumps(document["graph"]))
+        values = {}
+        for entry in document["params"]:
+            dtype = as_dtype(entry["dtype"])
+            shape = tuple(int(d) for d in entry["shape"])
+            data = archive.read(entry["member"])
+            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            if len(data) != count * dtype.itemsize:
+                raise LoadError(
+                    f"{where}: param {entry['name']!r} has {len(data)} bytes, expected "
+                    f"{count * dtype.itemsize} for {dtype} {shape}"
+                )
+            values[entry["name"]] = np.frombuffer(data, dtype.to_numpy()).reshape(shape).copy()
+    graph = Graph.from_nodes(graph.name, graph.nodes, graph.outputs, values)
+    verify(graph)
+    order = tuple(int(i) for i in document["order"])
+    if order != tuple(n.id for n in graph.nodes):
+        raise LoadError(f"{where}: the stored order is not the graph's node order")
+    aliasing = Aliasing.from_dict(document["aliasing"])
+    raw = document["options"]
+    options = CompileOptions(**{**raw, "passes": tuple(raw["passes"])})
+    saved = document["plan"]
+    liveness = analyze(
+        graph,
+        order,
+        aliasing,
+        params_in_arena=options.params_in_arena,
+        tail_guard=options.tail_guard,
+    )
+    offsets = {int(b): int(o) for b, o in saved["buffer_offsets"]}
+    top = max((offsets.get(b.id, 0) + b.size for b in liveness.buffers), default=0)
+    assignment = Assignment(offsets, top)
+    plan = assemble_plan(
+        graph, liveness, assignment, str(saved["algorithm"]), int(saved["alignment"]), aliasing
+    )
+    if plan.arena_size != saved["arena_size"]:
+        raise LoadError(
+            f"{where}: the stored offsets give an arena of {plan.arena_size} bytes, "
+            f"but the file records {saved['arena_size']}"
+        )
+    verify_plan(graph, plan, aliasing)
+    return Program(graph, order, aliasing, plan, options, document["stats"], graph)

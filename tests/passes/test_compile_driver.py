@@ -1,0 +1,99 @@
+"""The one compile driver: pass lists as sets, statistics, input never mutated, debug."""
+
+import itertools
+
+import pytest
+
+import tensorgraph as tg
+from tensorgraph import passes
+from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import evolve
+from tensorgraph.passes.result import PassResult
+
+
+def small_graph() -> tg.Graph:
+    g = tg.Graph("small")
+    x = g.input("x", (4, 4))
+    g.output(tg.tanh(tg.exp(x) + tg.exp(x)))
+    return g
+
+
+def test_unknown_pass_is_named() -> None:
+    with pytest.raises(tg.GraphError, match=r"unknown pass\(es\) \['fuse'\]"):
+        tg.compile(small_graph(), passes=("dce", "fuse"))
+
+
+def test_a_string_is_not_a_pass_list() -> None:
+    with pytest.raises(tg.GraphError, match="not the string 'dce'"):
+        tg.compile(small_graph(), passes="dce")
+
+
+def test_stats_for_each_stage_and_switching_off() -> None:
+    prog = tg.compile(small_graph())
+    assert list(prog.stats) == [
+        "dce", "cse", "fold", "schedule", "view_alias", "reinplace", "plan"
+    ]  # fmt: skip
+    assert prog.stats["cse"]["merged"] == 1
+    for name in ("dce", "cse", "fold", "view_alias", "reinplace"):
+        assert "bytes_saved" in prog.stats[name] and "lower_bound" in prog.stats[name]
+    off = tg.compile(small_graph(), passes=("dce", "view_alias"))
+    assert [k for k in off.stats if k not in ("schedule", "plan")] == ["dce", "view_alias"]
+    assert "passes:" in prog.report()
+
+
+def test_every_order_of_a_pass_list_compiles_to_the_same_program() -> None:
+    # The compiler fixes the order, so a user's order cannot matter (the issue's
+    # ("reinplace", "view_alias") gave overlapping buffers when order was honoured).
+    g = small_graph()
+    reference = tg.compile(g, passes=tg.DEFAULT_PASSES)
+    for order in itertools.permutations(tg.DEFAULT_PASSES):
+        prog = tg.compile(g, passes=order)
+        assert prog.order == reference.order
+        assert dict(prog.plan.offsets) == dict(reference.plan.offsets)
+        assert prog.aliasing == reference.aliasing
+
+
+def test_input_graph_is_not_mutated() -> None:
+    g = small_graph()
+    before = g.to_json()
+    tg.compile(g)
+    assert g.to_json() == before
+
+
+def test_debug_names_the_pass_that_broke_an_invariant(monkeypatch) -> None:
+    def broken(graph: Graph) -> PassResult:
+        node = graph.nodes[-1]
+        wrong = evolve(node, shape=(99,))
+        nodes = [*graph.nodes[:-1], wrong]
+        return PassResult(Graph.from_nodes(graph.name, nodes, graph.outputs), {})
+
+    monkeypatch.setitem(passes.REWRITES, "cse", broken)
+    with pytest.raises(tg.ShapeError, match="after pass 'cse'"):
+        tg.compile(small_graph(), debug=True)
+
+
+def test_every_plan_is_verified_without_debug(monkeypatch) -> None:
+    import tensorgraph.planner.check as check
+
+    def refuse(graph, plan, aliasing) -> None:
+        raise tg.PlanError("verifier ran")
+
+    monkeypatch.setattr(check, "verify_plan", refuse)
+    with pytest.raises(tg.PlanError, match="verifier ran"):
+        tg.compile(small_graph(), debug=False)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("alignment", 0, "alignment must be a positive integer"),
+        ("schedule_budget", -1, "schedule_budget must be None or an int >= 0"),
+        ("planner_budget", 1.5, "planner_budget must be None or an int >= 0"),
+        ("time_limit", -2.0, "time_limit must be None or a number of seconds >= 0"),
+        ("tail_guard", -8, "tail_guard must be an integer >= 0"),
+        ("planner", "magic", "unknown planner 'magic'"),
+    ],
+)
+def test_bad_options_are_plan_errors_naming_the_value(option, value, message) -> None:
+    with pytest.raises(tg.PlanError, match=message):
+        tg.compile(small_graph(), **{option: value})
