@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError, TensorGraphError
@@ -91,13 +90,6 @@ class Graph:
             for source in dict.fromkeys(node.inputs):
                 result[source].append(node.id)
         return result
-
-    def to_networkx(self) -> nx.DiGraph:
-        """The dataflow as a networkx DiGraph (edge input -> user), for graph algorithms."""
-        dag = nx.DiGraph()
-        dag.add_nodes_from(n.id for n in self._nodes)
-        dag.add_edges_from((i, n.id) for n in self._nodes for i in n.inputs)
-        return dag
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Graph):
