@@ -20,8 +20,8 @@ import numpy as np
 
 import tensorgraph as tg
 from tensorgraph.errors import GraphError
+from tensorgraph.ir.tensor import Tensor
 from tensorgraph.passes.fold import fold_weights
-from tensorgraph.ir.builder import Tensor
 
 try:
     import torch

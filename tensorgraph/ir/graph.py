@@ -19,7 +19,7 @@ from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import Operand, complete_attrs, get_op
 
 if TYPE_CHECKING:
-    from tensorgraph.ir.builder import Tensor
+    from tensorgraph.ir.tensor import Tensor
 
 
 _BUILDING: list[Graph] = []  # graphs entered with `with graph:`, innermost last
@@ -173,7 +173,7 @@ class Graph:
         self._next_id = max(self._next_id, node.id + 1)
 
     def _tensor(self, node: Node) -> Tensor:
-        from tensorgraph.ir.builder import Tensor
+        from tensorgraph.ir.tensor import Tensor
 
         return Tensor(self, node.id)
 
