@@ -1,6 +1,6 @@
 """tensorgraph's arena vs ExecuTorch's memory planner on the same exported models.
 
-Each model (plain PyTorch, tensorgraph/importers/torch_examples.py) is exported once
+Each model (plain PyTorch, tests/importers/torch_examples.py) is exported once
 with torch.export. ExecuTorch plans it with `to_edge` -> `to_executorch` (its default
 greedy planner), with and without its constant propagation; the arena is read from the
 emitted program (`non_const_buffer_sizes`). tensorgraph imports the same export (weights
@@ -16,14 +16,20 @@ Needs the `torch` and `compare` extras (torch==2.13.0, executorch==1.5.1).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 
 import tensorgraph as tg
-from tensorgraph.importers.torch_examples import examples
 from tensorgraph.importers.torch_export import from_exported
+
+# The PyTorch models are test fixtures (tests/importers/torch_examples.py), not part of the
+# package: put the repository root on the path so that `tests` is importable from here.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.importers.torch_examples import examples
 
 PASSES = ("dce", "cse", "view_alias", "reinplace")
 ALIGNMENT = 16

@@ -14,9 +14,9 @@ import math
 from collections.abc import Mapping
 
 from tensorgraph.ir import builder as tg
-from tensorgraph.ir.builder import Tensor
 from tensorgraph.ir.dtypes import DType, float32
 from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.tensor import Tensor
 
 # A large finite negative instead of -inf: exp() of it is exactly 0 in float32 and every
 # backend agrees bit for bit, while -inf rows would turn into NaN if a row were all masked.

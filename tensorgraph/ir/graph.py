@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError, TensorGraphError
@@ -20,7 +19,7 @@ from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import Operand, complete_attrs, get_op
 
 if TYPE_CHECKING:
-    from tensorgraph.ir.builder import Tensor
+    from tensorgraph.ir.tensor import Tensor
 
 
 _BUILDING: list[Graph] = []  # graphs entered with `with graph:`, innermost last
@@ -91,13 +90,6 @@ class Graph:
             for source in dict.fromkeys(node.inputs):
                 result[source].append(node.id)
         return result
-
-    def to_networkx(self) -> nx.DiGraph:
-        """The dataflow as a networkx DiGraph (edge input -> user), for graph algorithms."""
-        dag = nx.DiGraph()
-        dag.add_nodes_from(n.id for n in self._nodes)
-        dag.add_edges_from((i, n.id) for n in self._nodes for i in n.inputs)
-        return dag
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Graph):
@@ -181,7 +173,7 @@ class Graph:
         self._next_id = max(self._next_id, node.id + 1)
 
     def _tensor(self, node: Node) -> Tensor:
-        from tensorgraph.ir.builder import Tensor
+        from tensorgraph.ir.tensor import Tensor
 
         return Tensor(self, node.id)
 

@@ -6,9 +6,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch extra is not installed")
 
 import tensorgraph as tg  # noqa: E402
-from tensorgraph.importers.torch_examples import examples  # noqa: E402
 from tensorgraph.planner.buffers import Assignment  # noqa: E402
 from tensorgraph.planner.verify import verify_assignment  # noqa: E402
+from tests.importers.torch_examples import examples  # noqa: E402
 
 MODELS = examples(small=True)
 

@@ -1,0 +1,336 @@
+"""The module-level op functions, named and typed after `mlx.core`: elementwise math,
+comparisons and logic, matmul, reductions, and layout (reshape, transpose, concatenate,
+take, ...).
+
+Each appends one or more primitive nodes to the graph of its Tensor arguments. Python
+scalars become constants of the dtype a scalar takes next to the tensor (`scalar_dtype`);
+operands of different dtypes are promoted with explicit casts only where an op needs
+equal dtypes (concatenate). Axes accept negative values and are stored normalised, so
+`x.sum(-1)` and `x.sum(1)` build the same node. Some names (`abs`, `sum`, `max`, `min`)
+shadow Python's builtins here, as in mlx.core; this module does not use those builtins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tensorgraph.errors import GraphError
+from tensorgraph.ir.dtypes import DType, as_dtype, promote_types
+from tensorgraph.ir.shapes import normalize_axes, normalize_axis, resolve_reshape
+from tensorgraph.ir.tensor import Tensor, TensorLike, emit, to_operands
+
+# ---------------------------------------------------------------- elementwise
+
+
+def _unary(op: str, x: Tensor, **attrs: object) -> Tensor:
+    return emit(op, [x], **attrs)
+
+
+def _binary(op: str, a: TensorLike, b: TensorLike) -> Tensor:
+    return emit(op, to_operands(a, b))
+
+
+def negative(x: Tensor) -> Tensor:
+    return _unary("neg", x)
+
+
+def abs(x: Tensor) -> Tensor:
+    return _unary("abs", x)
+
+
+def exp(x: Tensor) -> Tensor:
+    return _unary("exp", x)
+
+
+def log(x: Tensor) -> Tensor:
+    return _unary("log", x)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return _unary("sqrt", x)
+
+
+def rsqrt(x: Tensor) -> Tensor:
+    return _unary("rsqrt", x)
+
+
+def reciprocal(x: Tensor) -> Tensor:
+    return _unary("reciprocal", x)
+
+
+def square(x: Tensor) -> Tensor:
+    return _unary("square", x)
+
+
+def sin(x: Tensor) -> Tensor:
+    return _unary("sin", x)
+
+
+def cos(x: Tensor) -> Tensor:
+    return _unary("cos", x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    return _unary("tanh", x)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return _unary("sigmoid", x)
+
+
+def relu(x: Tensor) -> Tensor:
+    return _unary("relu", x)
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """GELU: exact (erf) form by default, `approximate="tanh"` for the tanh form."""
+    if approximate not in ("none", "tanh"):
+        raise GraphError(f"gelu: approximate must be 'none' or 'tanh' but got {approximate!r}")
+    return _unary("gelu", x, approximate=approximate)
+
+
+def gelu_approx(x: Tensor) -> Tensor:
+    """The tanh form of GELU (mlx.nn's name)."""
+    return gelu(x, "tanh")
+
+
+def silu(x: Tensor) -> Tensor:
+    return _unary("silu", x)
+
+
+def logical_not(x: Tensor) -> Tensor:
+    return _unary("logical_not", x)
+
+
+def add(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("add", a, b)
+
+
+def subtract(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("sub", a, b)
+
+
+def multiply(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("mul", a, b)
+
+
+def divide(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("div", a, b)
+
+
+def power(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("pow", a, b)
+
+
+def maximum(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("maximum", a, b)
+
+
+def minimum(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("minimum", a, b)
+
+
+def equal(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("eq", a, b)
+
+
+def not_equal(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("ne", a, b)
+
+
+def less(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("lt", a, b)
+
+
+def less_equal(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("le", a, b)
+
+
+def greater(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("gt", a, b)
+
+
+def greater_equal(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("ge", a, b)
+
+
+def logical_and(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("logical_and", a, b)
+
+
+def logical_or(a: TensorLike, b: TensorLike) -> Tensor:
+    return _binary("logical_or", a, b)
+
+
+def where(condition: TensorLike, x: TensorLike, y: TensorLike) -> Tensor:
+    cond, a, b = to_operands(condition, x, y)
+    return emit("where", [cond, a, b])
+
+
+def clip(x: Tensor, a_min: TensorLike | None, a_max: TensorLike | None) -> Tensor:
+    """`x` limited to [a_min, a_max] (either may be None), as maximum/minimum nodes."""
+    if a_min is not None:
+        x = maximum(x, a_min)
+    if a_max is not None:
+        x = minimum(x, a_max)
+    return x
+
+
+# ---------------------------------------------------------------- linear algebra
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """NumPy matmul: 1-D operands are promoted and the added dim removed; batch dims
+    broadcast."""
+    return emit("matmul", [a, b])
+
+
+# ---------------------------------------------------------------- reductions
+
+
+def _reduce(op: str, x: Tensor, axis: int | Sequence[int] | None, keepdims: bool) -> Tensor:
+    axes = normalize_axes(axis, x.ndim)
+    return emit(op, [x], axes=axes, keepdims=bool(keepdims))
+
+
+def sum(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    return _reduce("sum", x, axis, keepdims)
+
+
+def mean(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    return _reduce("mean", x, axis, keepdims)
+
+
+def max(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    return _reduce("max", x, axis, keepdims)
+
+
+def min(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    return _reduce("min", x, axis, keepdims)
+
+
+def argmax(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the largest element along `axis` (int32); axis None flattens first."""
+    if axis is None:
+        flat = reshape(x, (-1,))
+        result = emit("argmax", [flat], axis=0, keepdims=False)
+        return reshape(result, (1,) * x.ndim) if keepdims else result
+    return emit("argmax", [x], axis=normalize_axis(axis, x.ndim), keepdims=bool(keepdims))
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    return emit("softmax", [x], axis=normalize_axis(axis, x.ndim))
+
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    return emit("log_softmax", [x], axis=normalize_axis(axis, x.ndim))
+
+
+# ---------------------------------------------------------------- layout and views
+
+
+def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
+    """A view of `x` with `shape` (one -1 allowed); no copy, storage is contiguous."""
+    return emit("reshape", [x], shape=resolve_reshape(x.shape, tuple(shape)))
+
+
+def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
+    """Permute dims (reverse them when `axes` is None); makes a new contiguous buffer."""
+    perm = (
+        tuple(range(x.ndim))[::-1]
+        if axes is None
+        else tuple(normalize_axis(a, x.ndim) for a in axes)
+    )
+    return emit("transpose", [x], axes=perm)
+
+
+def permute(x: Tensor, axes: Sequence[int]) -> Tensor:
+    return transpose(x, axes)
+
+
+def swapaxes(x: Tensor, axis1: int, axis2: int) -> Tensor:
+    perm = list(range(x.ndim))
+    a, b = normalize_axis(axis1, x.ndim), normalize_axis(axis2, x.ndim)
+    perm[a], perm[b] = perm[b], perm[a]
+    return transpose(x, perm)
+
+
+def astype(x: Tensor, dtype: DType | str) -> Tensor:
+    """Convert to `dtype`; to the same dtype it is a free view."""
+    return emit("cast", [x], dtype=as_dtype(dtype).name)
+
+
+def narrow(x: Tensor, axis: int, start: int, length: int) -> Tensor:
+    """`length` entries from `start` along `axis` (a free view along axis 0)."""
+    axis = normalize_axis(axis, x.ndim)
+    if start < 0:
+        start += x.shape[axis]
+    return emit("narrow", [x], axis=axis, start=int(start), length=int(length))
+
+
+def expand_dims(x: Tensor, axis: int | Sequence[int]) -> Tensor:
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    rank = x.ndim + len(axes)
+    positions = normalize_axes(axes, rank)
+    shape = list(x.shape)
+    for p in positions:
+        shape.insert(p, 1)
+    return reshape(x, shape)
+
+
+def squeeze(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
+    if axis is None:
+        axes = tuple(i for i, d in enumerate(x.shape) if d == 1)
+    else:
+        axes = normalize_axes(axis, x.ndim)
+        bad = [a for a in axes if x.shape[a] != 1]
+        if bad:
+            raise GraphError(f"squeeze: axes {bad} of {x!r} are not of size 1")
+    return reshape(x, [d for i, d in enumerate(x.shape) if i not in axes])
+
+
+def flatten(x: Tensor, start_axis: int = 0, end_axis: int = -1) -> Tensor:
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    start, end = normalize_axis(start_axis, x.ndim), normalize_axis(end_axis, x.ndim)
+    inner = int(np.prod(x.shape[start : end + 1], dtype=np.int64))
+    return reshape(x, (*x.shape[:start], inner, *x.shape[end + 1 :]))
+
+
+def broadcast_to(x: TensorLike, shape: Sequence[int]) -> Tensor:
+    return emit("broadcast_to", to_operands(x), shape=tuple(int(d) for d in shape))
+
+
+def concatenate(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Join along `axis`; mixed dtypes are promoted by casts first."""
+    xs = list(xs)
+    if not xs:
+        raise GraphError("concatenate needs at least one tensor")
+    dtype = xs[0].dtype
+    for t in xs[1:]:
+        dtype = promote_types(dtype, t.dtype)
+    xs = [t if t.dtype == dtype else astype(t, dtype) for t in xs]
+    return emit("concat", xs, axis=normalize_axis(axis, xs[0].ndim))
+
+
+def stack(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
+    xs = list(xs)
+    if not xs:
+        raise GraphError("stack needs at least one tensor")
+    axis = normalize_axis(axis, xs[0].ndim + 1)
+    return concatenate([expand_dims(t, axis) for t in xs], axis)
+
+
+def take(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
+    """Gather along `axis` (an embedding lookup when x is (vocab, dim) and axis is 0)."""
+    return emit("take", [x, indices], axis=normalize_axis(axis, x.ndim))
+
+
+def slice_update(target: Tensor, update: Tensor, axis: int, start: int) -> Tensor:
+    """A copy of `target` with `update` written at `start` along `axis` (functional; the
+    reinplace pass makes it write into `target` when that buffer dies here)."""
+    return emit(
+        "slice_update", [target, update], axis=normalize_axis(axis, target.ndim), start=int(start)
+    )

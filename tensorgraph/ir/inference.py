@@ -1,0 +1,300 @@
+"""Shape and dtype inference rules, one per op family (the `infer` of each `OpDef`).
+
+A rule takes the operands (`Operand`: label, shape, dtype) and the op's complete,
+canonical attributes (axes non-negative and sorted, shapes resolved, dtypes by name) and
+returns the output's (shape, dtype), or raises ShapeError/DTypeError naming the operand
+label and the values involved, without the node prefix: the graph adds `%id op:` when it
+re-raises. Rules are pure functions of their arguments. `infer_unary`, `infer_arith` and
+`infer_reduce` are factories: they return the rule for the op they are given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from tensorgraph.errors import DTypeError, ShapeError
+from tensorgraph.ir.dtypes import DType, as_dtype, bool_, float32, int32, promote_types
+from tensorgraph.ir.shapes import Shape, broadcast_shapes, numel
+
+if TYPE_CHECKING:
+    # Annotations only: the registry core imports the table, which imports these rules.
+    from tensorgraph.ir.ops import Infer, Operand
+
+
+def _need_float(x: Operand, op: str) -> None:
+    if not x.dtype.is_float:
+        raise DTypeError(f"{op} needs a floating-point input but {x.label} is {x.dtype}")
+
+
+def _need_numeric(x: Operand, op: str) -> None:
+    if x.dtype == bool_:
+        raise DTypeError(f"{op} needs a numeric input but {x.label} is bool")
+
+
+def infer_unary(op: str, float_only: bool) -> Infer:
+    def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+        (x,) = xs
+        (_need_float if float_only else _need_numeric)(x, op)
+        return x.shape, x.dtype
+
+    return infer
+
+
+def _broadcast(xs: Sequence[Operand]) -> Shape:
+    return broadcast_shapes(*(x.shape for x in xs), labels=[x.label for x in xs])
+
+
+def infer_arith(op: str) -> Infer:
+    def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+        a, b = xs
+        for x in xs:
+            _need_numeric(x, op)
+        dtype = promote_types(a.dtype, b.dtype)
+        if op == "div" and not dtype.is_float:
+            dtype = float32  # true division, as NumPy and MLX do
+        return _broadcast(xs), dtype
+
+    return infer
+
+
+def infer_minmax(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    return _broadcast(xs), promote_types(xs[0].dtype, xs[1].dtype)
+
+
+def infer_compare(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    return _broadcast(xs), bool_
+
+
+def infer_logical(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    for x in xs:
+        if x.dtype != bool_:
+            raise DTypeError(f"logical ops need bool inputs but {x.label} is {x.dtype}")
+    return _broadcast(xs), bool_
+
+
+def infer_where(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    cond, a, b = xs
+    if cond.dtype != bool_:
+        raise DTypeError(f"where needs a bool condition but {cond.label} is {cond.dtype}")
+    return _broadcast(xs), promote_types(a.dtype, b.dtype)
+
+
+def infer_matmul(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    a, b = xs
+    for x in xs:
+        _need_numeric(x, "matmul")
+        if len(x.shape) == 0:
+            raise ShapeError(f"matmul needs operands of rank >= 1 but {x.label} is a scalar")
+    a_shape = (1, *a.shape) if len(a.shape) == 1 else a.shape
+    b_shape = (*b.shape, 1) if len(b.shape) == 1 else b.shape
+    if a_shape[-1] != b_shape[-2]:
+        raise ShapeError(f"inner dims differ: {a.label} {a.shape} @ {b.label} {b.shape}")
+    try:
+        batch = broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    except ShapeError:
+        raise ShapeError(
+            f"batch dims do not broadcast: {a.label} {a.shape} @ {b.label} {b.shape}"
+        ) from None
+    shape = (*batch, a_shape[-2], b_shape[-1])
+    if len(a.shape) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(b.shape) == 1:
+        shape = shape[:-1]
+    return shape, promote_types(a.dtype, b.dtype)
+
+
+def _check_axes(x: Operand, axes: tuple[int, ...]) -> None:
+    rank = len(x.shape)
+    if any(not 0 <= a < rank for a in axes) or list(axes) != sorted(set(axes)):
+        raise ShapeError(
+            f"axes {axes} must be sorted, unique and in [0, {rank}) for {x.label} {x.shape}"
+        )
+
+
+def _reduced_shape(x: Operand, axes: tuple[int, ...], keepdims: bool) -> Shape:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    return tuple(d for i, d in enumerate(x.shape) if i not in axes)
+
+
+def infer_reduce(op: str) -> Infer:
+    def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+        (x,) = xs
+        axes = attrs["axes"]
+        _check_axes(x, axes)
+        if op in ("max", "min") and any(x.shape[a] == 0 for a in axes):
+            raise ShapeError(f"{op} over a zero-size axis of {x.label} {x.shape} has no identity")
+        dtype = x.dtype
+        if op == "sum" and dtype == bool_:
+            dtype = int32
+        if op == "mean" and not dtype.is_float:
+            dtype = float32
+        return _reduced_shape(x, axes, attrs["keepdims"]), dtype
+
+    return infer
+
+
+def infer_argmax(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    (x,) = xs
+    axis = attrs["axis"]
+    _check_axes(x, (axis,))
+    if x.shape[axis] == 0:
+        raise ShapeError(f"argmax over the zero-size axis {axis} of {x.label} {x.shape}")
+    return _reduced_shape(x, (axis,), attrs["keepdims"]), int32
+
+
+def infer_softmax(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    (x,) = xs
+    _need_float(x, "softmax")
+    _check_axes(x, (attrs["axis"],))
+    return x.shape, x.dtype
+
+
+def infer_transpose(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    (x,) = xs
+    axes = attrs["axes"]
+    if sorted(axes) != list(range(len(x.shape))):
+        raise ShapeError(f"axes {axes} are not a permutation of {x.label}'s {len(x.shape)} dims")
+    return tuple(x.shape[a] for a in axes), x.dtype
+
+
+def infer_reshape(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    (x,) = xs
+    shape = attrs["shape"]
+    if any(d < 0 for d in shape) or numel(shape) != numel(x.shape):
+        raise ShapeError(f"cannot reshape {x.label} {x.shape} to {shape}")
+    return shape, x.dtype
+
+
+def infer_cast(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    return xs[0].shape, as_dtype(attrs["dtype"])
+
+
+def infer_narrow(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    (x,) = xs
+    axis, start, length = attrs["axis"], attrs["start"], attrs["length"]
+    _check_axes(x, (axis,))
+    if start < 0 or length < 0 or start + length > x.shape[axis]:
+        raise ShapeError(
+            f"narrow [{start}, {start + length}) is outside axis {axis} of {x.label} {x.shape}"
+        )
+    return tuple(length if i == axis else d for i, d in enumerate(x.shape)), x.dtype
+
+
+def infer_concat(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    first = xs[0]
+    axis = attrs["axis"]
+    _check_axes(first, (axis,))
+    for x in xs[1:]:
+        same = len(x.shape) == len(first.shape) and all(
+            d == e for i, (d, e) in enumerate(zip(x.shape, first.shape, strict=True)) if i != axis
+        )
+        if not same:
+            raise ShapeError(f"concatenate along axis {axis}: {first} and {x} differ off-axis")
+        if x.dtype != first.dtype:
+            raise DTypeError(f"concatenate: {first.label} is {first.dtype}, {x.label} {x.dtype}")
+    total = sum(x.shape[axis] for x in xs)
+    return tuple(total if i == axis else d for i, d in enumerate(first.shape)), first.dtype
+
+
+def infer_take(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    x, indices = xs
+    axis = attrs["axis"]
+    _check_axes(x, (axis,))
+    if not indices.dtype.is_integer:
+        raise DTypeError(f"take needs integer indices but {indices.label} is {indices.dtype}")
+    return (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :]), x.dtype
+
+
+def infer_slice_update(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    target, update = xs
+    axis, start = attrs["axis"], attrs["start"]
+    _check_axes(target, (axis,))
+    fits = len(update.shape) == len(target.shape) and all(
+        u == t for i, (u, t) in enumerate(zip(update.shape, target.shape, strict=True)) if i != axis
+    )
+    if not fits or start < 0 or start + update.shape[axis] > target.shape[axis]:
+        raise ShapeError(
+            f"slice_update: {update} does not fit {target} at axis {axis} start {start}"
+        )
+    if update.dtype != target.dtype:
+        raise DTypeError(f"slice_update: {update.label} is {update.dtype}, target {target.dtype}")
+    return target.shape, target.dtype
+
+
+def infer_arange(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
+    if step == 0:
+        raise ShapeError("arange step must be non-zero")
+    return (max(0, math.ceil((stop - start) / step)),), as_dtype(attrs["dtype"])
+
+
+def infer_full(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    if any(d < 0 for d in attrs["shape"]):
+        raise ShapeError(f"full: negative dim in {attrs['shape']}")
+    return attrs["shape"], as_dtype(attrs["dtype"])
+
+
+def infer_broadcast_to(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    (x,) = xs
+    shape = attrs["shape"]
+    if broadcast_shapes(x.shape, shape, labels=[x.label, "target"]) != shape:
+        raise ShapeError(f"cannot broadcast {x.label} {x.shape} to {shape}")
+    return shape, x.dtype
+
+
+def _pair(attrs: Mapping, name: str) -> tuple[int, int]:
+    value = attrs[name]
+    if len(value) != 2:
+        raise ShapeError(f"{name} must have 2 entries (H, W) but got {value}")
+    return value
+
+
+def _window_out(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def infer_conv2d(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    x, w = xs
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise ShapeError(f"conv2d needs NCHW input and OIHW weight: {x}, {w}")
+    stride, padding, dilation = (_pair(attrs, n) for n in ("stride", "padding", "dilation"))
+    groups = attrs["groups"]
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    if groups < 1 or c % groups or o % groups or cg * groups != c:
+        raise ShapeError(f"conv2d: {x} channels do not match weight {w} with groups={groups}")
+    if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+        raise ShapeError(f"conv2d: bad stride {stride} / dilation {dilation} / padding {padding}")
+    oh = _window_out(h, kh, stride[0], padding[0], dilation[0])
+    ow = _window_out(wd, kw, stride[1], padding[1], dilation[1])
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"conv2d: kernel {w.shape[2:]} larger than padded input {x}")
+    return (n, o, oh, ow), promote_types(x.dtype, w.dtype)
+
+
+def infer_pool(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    (x,) = xs
+    if len(x.shape) != 4:
+        raise ShapeError(f"pooling needs an NCHW input but got {x}")
+    kernel, stride, padding = (_pair(attrs, n) for n in ("kernel_size", "stride", "padding"))
+    if min(kernel) < 1 or min(stride) < 1 or min(padding) < 0:
+        raise ShapeError(f"pool: bad kernel {kernel} / stride {stride} / padding {padding}")
+    if padding[0] * 2 > kernel[0] or padding[1] * 2 > kernel[1]:
+        raise ShapeError(f"pool: padding {padding} exceeds half the kernel {kernel}")
+    oh = _window_out(x.shape[2], kernel[0], stride[0], padding[0], 1)
+    ow = _window_out(x.shape[3], kernel[1], stride[1], padding[1], 1)
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"pool: kernel {kernel} larger than padded input {x}")
+    return (*x.shape[:2], oh, ow), x.dtype
+
+
+def infer_boundary(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    if any(d < 0 for d in attrs["shape"]):
+        raise ShapeError(f"negative dim in {attrs['shape']}")
+    dtype = as_dtype(attrs["dtype"])
+    if "value" in attrs and len(attrs["value"]) != numel(attrs["shape"]) * dtype.itemsize:
+        raise ShapeError(f"constant payload of {len(attrs['value'])} bytes for {attrs['shape']}")
+    return attrs["shape"], dtype

@@ -1,0 +1,194 @@
+"""The op table: every op of the IR declared once, as data, and registered in `OPS`.
+
+Each entry gives the op's name, arity (min and max inputs; max None is variadic), its
+inference rule (`tensorgraph.ir.inference`), its attribute schema with defaults, its
+category (for reports) and its flags (elementwise, commutative, boundary; pure unless
+said otherwise). Families of ops that share a rule and a schema are declared by loops
+over the tables below (FLOAT_UNARY, ARITHMETIC, ...). Importing `tensorgraph.ir.ops`
+imports this module, so the registry is complete whenever it can be read.
+"""
+
+from __future__ import annotations
+
+from tensorgraph.ir.inference import (
+    infer_arange,
+    infer_argmax,
+    infer_arith,
+    infer_boundary,
+    infer_broadcast_to,
+    infer_cast,
+    infer_compare,
+    infer_concat,
+    infer_conv2d,
+    infer_full,
+    infer_logical,
+    infer_matmul,
+    infer_minmax,
+    infer_narrow,
+    infer_pool,
+    infer_reduce,
+    infer_reshape,
+    infer_slice_update,
+    infer_softmax,
+    infer_take,
+    infer_transpose,
+    infer_unary,
+    infer_where,
+)
+from tensorgraph.ir.ops import AttrSpec, OpDef, register
+
+# ---------------------------------------------------------------- boundary nodes
+
+_BOUNDARY = {"name": AttrSpec("str"), "shape": AttrSpec("ints"), "dtype": AttrSpec("dtype")}
+register(
+    OpDef("input", 0, 0, infer_boundary, _BOUNDARY, category="boundary", pure=True, boundary=True)
+)
+register(OpDef("param", 0, 0, infer_boundary, _BOUNDARY, category="boundary", boundary=True))
+register(
+    OpDef(
+        "constant",
+        0,
+        0,
+        infer_boundary,
+        {**_BOUNDARY, "name": AttrSpec("str", ""), "value": AttrSpec("bytes")},
+        category="boundary",
+        boundary=True,
+    )
+)
+
+# ---------------------------------------------------------------- elementwise
+
+_ELEMENTWISE = {"category": "elementwise", "elementwise": True}
+FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "silu")
+NUMERIC_UNARY = ("neg", "abs", "square", "relu")
+for _name in FLOAT_UNARY + NUMERIC_UNARY:
+    register(OpDef(_name, 1, 1, infer_unary(_name, _name in FLOAT_UNARY), {}, **_ELEMENTWISE))
+_GELU = {"approximate": AttrSpec("str", "none")}
+register(OpDef("gelu", 1, 1, infer_unary("gelu", True), _GELU, **_ELEMENTWISE))
+register(OpDef("logical_not", 1, 1, infer_logical, {}, **_ELEMENTWISE))
+
+# binary ops: name -> commutative
+ARITHMETIC = {"add": True, "sub": False, "mul": True, "div": False, "pow": False}
+for _name, _commutes in ARITHMETIC.items():
+    register(OpDef(_name, 2, 2, infer_arith(_name), {}, **_ELEMENTWISE, commutative=_commutes))
+for _name in ("maximum", "minimum"):
+    register(OpDef(_name, 2, 2, infer_minmax, {}, **_ELEMENTWISE, commutative=True))
+COMPARISONS = {"eq": True, "ne": True, "lt": False, "le": False, "gt": False, "ge": False}
+for _name, _commutes in COMPARISONS.items():
+    register(OpDef(_name, 2, 2, infer_compare, {}, **_ELEMENTWISE, commutative=_commutes))
+for _name in ("logical_and", "logical_or"):
+    register(OpDef(_name, 2, 2, infer_logical, {}, **_ELEMENTWISE, commutative=True))
+register(OpDef("where", 3, 3, infer_where, {}, **_ELEMENTWISE))
+
+# ---------------------------------------------------------------- contractions and reductions
+
+register(OpDef("matmul", 2, 2, infer_matmul, {}, category="matmul"))
+
+_REDUCE = {"axes": AttrSpec("ints"), "keepdims": AttrSpec("bool", False)}
+for _name in ("sum", "mean", "max", "min"):
+    register(OpDef(_name, 1, 1, infer_reduce(_name), _REDUCE, category="reduction"))
+register(
+    OpDef(
+        "argmax",
+        1,
+        1,
+        infer_argmax,
+        {"axis": AttrSpec("int"), "keepdims": AttrSpec("bool", False)},
+        category="reduction",
+    )
+)
+for _name in ("softmax", "log_softmax"):
+    register(OpDef(_name, 1, 1, infer_softmax, {"axis": AttrSpec("int")}, category="reduction"))
+
+# ---------------------------------------------------------------- layout, views, gathers
+
+register(OpDef("transpose", 1, 1, infer_transpose, {"axes": AttrSpec("ints")}, category="layout"))
+register(OpDef("reshape", 1, 1, infer_reshape, {"shape": AttrSpec("ints")}, category="view"))
+register(OpDef("cast", 1, 1, infer_cast, {"dtype": AttrSpec("dtype")}, category="view"))
+register(
+    OpDef(
+        "narrow",
+        1,
+        1,
+        infer_narrow,
+        {"axis": AttrSpec("int"), "start": AttrSpec("int"), "length": AttrSpec("int")},
+        category="view",
+    )
+)
+register(
+    OpDef("broadcast_to", 1, 1, infer_broadcast_to, {"shape": AttrSpec("ints")}, category="layout")
+)
+register(OpDef("concat", 1, None, infer_concat, {"axis": AttrSpec("int")}, category="layout"))
+register(OpDef("take", 2, 2, infer_take, {"axis": AttrSpec("int")}, category="gather"))
+register(
+    OpDef(
+        "slice_update",
+        2,
+        2,
+        infer_slice_update,
+        {"axis": AttrSpec("int"), "start": AttrSpec("int")},
+        category="update",
+    )
+)
+
+# ---------------------------------------------------------------- generators
+
+register(
+    OpDef(
+        "arange",
+        0,
+        0,
+        infer_arange,
+        {
+            "start": AttrSpec("float"),
+            "stop": AttrSpec("float"),
+            "step": AttrSpec("float", 1),
+            "dtype": AttrSpec("dtype"),
+        },
+        category="generator",
+    )
+)
+register(
+    OpDef(
+        "full",
+        0,
+        0,
+        infer_full,
+        {"shape": AttrSpec("ints"), "value": AttrSpec("scalar"), "dtype": AttrSpec("dtype")},
+        category="generator",
+    )
+)
+
+# ---------------------------------------------------------------- convolution and pooling
+
+register(
+    OpDef(
+        "conv2d",
+        2,
+        2,
+        infer_conv2d,
+        {
+            "stride": AttrSpec("ints", (1, 1)),
+            "padding": AttrSpec("ints", (0, 0)),
+            "dilation": AttrSpec("ints", (1, 1)),
+            "groups": AttrSpec("int", 1),
+        },
+        category="conv",
+    )
+)
+_POOL = {
+    "kernel_size": AttrSpec("ints"),
+    "stride": AttrSpec("ints"),
+    "padding": AttrSpec("ints", (0, 0)),
+}
+register(OpDef("max_pool2d", 1, 1, infer_pool, _POOL, category="pool"))
+register(
+    OpDef(
+        "avg_pool2d",
+        1,
+        1,
+        infer_pool,
+        {**_POOL, "count_include_pad": AttrSpec("bool", True)},
+        category="pool",
+    )
+)
