@@ -1,8 +1,14 @@
 """The `tensorgraph` command: models, compile, run, plan-csv and demo.
 
 Exit codes: 0 success, 1 a failed numeric check, 2 bad usage. Bad usage is reported in
-one line on stderr, never a traceback: argparse errors, unknown models and config
-fields, every TensorGraphError and unreadable or unwritable files end here.
+one line on stderr (`tensorgraph: error: ...`, or `tensorgraph: PlanError: ...` for a
+TensorGraphError), never a traceback. Values are checked where they enter: argparse
+types refuse a bad seed, alignment or output path before any work starts, model configs
+refuse bad sizes by name. `main` still turns an OSError (a file that cannot be written
+after all) or a MemoryError (a config too large for this machine) into one line.
+
+Seeds are non-negative ints, as NumPy's generators take them; a negative seed is
+refused rather than silently mapped onto another one.
 """
 
 from __future__ import annotations
@@ -32,7 +38,24 @@ class UsageError(Exception):
     """Bad command-line usage: reported in one line, exit code 2."""
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default (`off` for a switch), unless the help
+    text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS):
+            return text
+        if action.nargs == 0 and action.default is False:  # a store_true switch
+            return f"{text} (default: off)"
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
         raise UsageError(message)
 
@@ -280,6 +303,54 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _power_of_two(text: str) -> int:
+    """An alignment: a power of two (1, 2, 4, ... bytes)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1 or value & (value - 1):
+        raise argparse.ArgumentTypeError(f"expects a power of two (1, 2, 4, ...) but got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    """A seed for NumPy's generators: an int >= 0 (negative seeds are refused, not mapped)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expects a non-negative int but got {text!r}")
+    return value
+
+
+def _output_file(text: str) -> Path:
+    """A file to write: its folder must exist and it must not be a folder itself (checked
+    before any work, so a typo costs no compile)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expects a file name but got ''")
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory, not a file")
+    folder = path.parent
+    if not folder.exists():
+        raise argparse.ArgumentTypeError(f"no such directory {str(folder)!r} (for {text!r})")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{str(folder)!r} is not a directory (for {text!r})")
+    return path
+
+
+def _output_dir(text: str) -> Path:
+    """A folder to write into: created if missing, so its nearest existing ancestor must
+    be a folder (not a file)."""
+    path = Path(text)
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{str(existing)!r} is a file, not a directory")
+    return path
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -297,36 +368,85 @@ def parser() -> argparse.ArgumentParser:
     from tensorgraph.planner.schedule import STRATEGIES
 
     top = _Parser(prog="tensorgraph", description="A memory-planning tensor-graph compiler.")
-    top.add_argument("--version", action="version", version=f"tensorgraph {__version__}")
-    commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    commands.add_parser("models", help="list the model zoo").set_defaults(run=cmd_models)
+    top.add_argument(
+        "--version",
+        action="version",
+        version=f"tensorgraph {__version__}",
+        help="print the version and exit",
+    )
+    commands = top.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, metavar="COMMAND"
+    )
+    commands.add_parser(
+        "models", help="list the model zoo", description="List the zoo models and their configs."
+    ).set_defaults(run=cmd_models)
 
     def model_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("model")
+        sub.add_argument("model", help="a zoo model (see `tensorgraph models`)")
         sub.add_argument(
-            "--config", nargs="+", action="extend", default=[], metavar="K=V", help="config"
+            "--config",
+            nargs="+",
+            action="extend",
+            default=[],
+            metavar="K=V",
+            help="override config fields, e.g. batch=8 dtype=float16 (default: the "
+            "model's defaults, listed by `tensorgraph models`)",
         )
-        sub.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="best")
-        sub.add_argument("--schedule", choices=STRATEGIES, default="best")
+        sub.add_argument(
+            "--algorithm",
+            choices=sorted(ALGORITHMS),
+            default="best",
+            help="offset algorithm of the memory planner",
+        )
+        sub.add_argument(
+            "--schedule", choices=STRATEGIES, default="best", help="node order strategy"
+        )
         sub.add_argument(
             "--no",
             action="append",
             metavar="PASS",
-            help="switch a pass off (also --no-dce, --no-cse, --no-view-alias, ...)",
+            help=f"switch a pass off, repeatable (also --no-dce, --no-cse, --no-view-alias, "
+            f"...; default: all of {', '.join(DEFAULT_PASSES)} on)",
         )
 
-    compile_cmd = commands.add_parser("compile", help="compile a zoo model, print the plan")
+    compile_cmd = commands.add_parser(
+        "compile",
+        help="compile a zoo model, print the plan",
+        description="Compile a zoo model and print its passes and memory plan.",
+    )
     model_options(compile_cmd)
-    compile_cmd.add_argument("--alignment", type=_positive_int, default=64)
+    compile_cmd.add_argument(
+        "--alignment",
+        type=_power_of_two,
+        default=64,
+        metavar="BYTES",
+        help="buffer offset alignment, a power of two",
+    )
     compile_cmd.add_argument("--report", action="store_true", help="print the full report")
-    compile_cmd.add_argument("--plot", metavar="FILE", help="write the timeline PNG")
-    compile_cmd.add_argument("--json", metavar="FILE", help="write the plan as JSON")
+    compile_cmd.add_argument(
+        "--plot",
+        type=_output_file,
+        metavar="FILE",
+        help="write the memory timeline as a PNG to FILE, in an existing folder (default: none)",
+    )
+    compile_cmd.add_argument(
+        "--json",
+        type=_output_file,
+        metavar="FILE",
+        help="write the plan as JSON to FILE, in an existing folder (default: none)",
+    )
     compile_cmd.set_defaults(run=cmd_compile)
 
-    run_cmd = commands.add_parser("run", help="run a zoo model and check it")
+    run_cmd = commands.add_parser(
+        "run",
+        help="run a zoo model and check it",
+        description="Compile and run a zoo model, checked against the reference interpreter.",
+    )
     model_options(run_cmd)
-    run_cmd.add_argument("--backend", choices=BACKENDS, default="mlx")
-    run_cmd.add_argument("--seed", type=int, default=0, help="seed of the example inputs")
+    run_cmd.add_argument("--backend", choices=BACKENDS, default="mlx", help="executor")
+    run_cmd.add_argument(
+        "--seed", type=_seed, default=0, help="seed of the example inputs, an int >= 0"
+    )
     run_cmd.set_defaults(run=cmd_run)
 
     csv_cmd = commands.add_parser("plan-csv", help="plan a MiniMalloc CSV of buffers")
@@ -336,8 +456,18 @@ def parser() -> argparse.ArgumentParser:
     csv_cmd.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS")
     csv_cmd.set_defaults(run=cmd_plan_csv)
 
-    demo = commands.add_parser("demo", help="compile, run, check and plot the llama model")
-    demo.add_argument("--out", default=".", metavar="DIR", help="where the plot goes")
+    demo = commands.add_parser(
+        "demo",
+        help="compile, run, check and plot the llama model",
+        description="Compile, run, check and plot the llama model, step by step.",
+    )
+    demo.add_argument(
+        "--out",
+        type=_output_dir,
+        default=".",
+        metavar="DIR",
+        help="folder for the timeline plot, created if missing (default: the current folder)",
+    )
     demo.set_defaults(run=cmd_demo)
     return top
 
@@ -374,6 +504,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         where = f": {err.filename}" if err.filename else ""
         print(f"tensorgraph: error: {err.strerror or err}{where}", file=sys.stderr)
+        return 2
+    except MemoryError as err:  # sizes are checked, but no check knows this machine's memory
+        detail = str(err).splitlines()[0] if str(err) else "out of memory"
+        print(f"tensorgraph: error: {detail} (is the --config too large?)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tensorgraph: interrupted", file=sys.stderr)

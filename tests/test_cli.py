@@ -185,8 +185,13 @@ def test_plan_csv_without_capacity_in_the_name(tmp_path) -> None:
         (["compile", "llama", "--config", "heads=3"], "dim 256 is not divisible by heads 3"),
         (["compile", "mlp", "--config", "batch=-2"], "MLPConfig.batch must be a positive"),
         (["compile", "mlp", "--no-fusion"], "unknown pass(es) ['fusion']"),
-        (["compile", "mlp", "--alignment", "0"], "--alignment: expects a positive int"),
+        (["compile", "mlp", "--alignment", "0"], "--alignment: expects a power of two"),
+        (["compile", "mlp", "--alignment", "3"], "--alignment: expects a power of two"),
+        (["compile", "llama", "--config", "heads=0"], "LlamaConfig.heads must be a positive"),
         (["compile", "mlp", "--json", "/nonexistent/dir/plan.json"], "/nonexistent/dir"),
+        (["compile", "mlp", "--json", str(REPO)], "is a directory, not a file"),
+        (["compile", "mlp", "--plot", "/nonexistent/dir/t.png"], "no such directory"),
+        (["run", "mlp", "--seed", "-5000"], "--seed: expects a non-negative int"),
         (["run", "mlp", "--backend", "cuda"], "invalid choice"),
         (["plan-csv", "/nonexistent.csv"], "no such file"),
         (["plan-csv", str(REPO / "pyproject.toml")], "missing column"),
@@ -242,3 +247,190 @@ def test_demo_without_matplotlib_says_how_to_install_it(tmp_path) -> None:
     assert "pip install 'tensorgraph[plot]'" in result.stdout
     assert "[4/4]" in result.stdout and "OK" in result.stdout
     assert not list(tmp_path.iterdir()), "no plot written"
+
+
+# ---------------------------------------------------------------- bad values, in process
+
+
+def assert_one_line_usage_error(code: int, err: str, message: str) -> None:
+    assert code == 2, err
+    assert err.startswith("tensorgraph: ") and message in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+# A few bad configs per zoo model: sizes of zero, negative, fractional or bool, bad
+# dtypes and floats, and the cross-field rules (heads divide dim into even head sizes,
+# a decode position inside the cache, positions enough for the sequence).
+BAD_CONFIGS = [
+    ("mlp", ["batch=0"], "MLPConfig.batch must be a positive int but got 0"),
+    ("mlp", ["layers=1.5"], "MLPConfig.layers must be a positive int but got 1.5"),
+    ("mlp", ["dtype=float64"], "MLPConfig.dtype must be one of"),
+    ("llama", ["heads=0"], "LlamaConfig.heads must be a positive int but got 0"),
+    ("llama", ["dim=12", "heads=4"], "head size dim / heads = 3 is odd"),
+    ("llama", ["eps=-1"], "LlamaConfig.eps must be a positive number"),
+    ("llama_decode", ["heads=0"], "LlamaDecodeConfig.heads must be a positive int"),
+    ("llama_decode", ["pos=128"], "pos 128 must lie in [0, 128)"),
+    ("llama_decode", ["max_seq=0"], "LlamaDecodeConfig.max_seq must be a positive int"),
+    ("gpt2", ["heads=0"], "GPT2Config.heads must be a positive int but got 0"),
+    ("gpt2", ["heads=3"], "dim 256 is not divisible by 3"),
+    ("gpt2", ["seq=200"], "seq 200 exceeds max_positions 128"),
+    ("resnet18", ["width=0"], "ResNetConfig.width must be a positive int but got 0"),
+    ("resnet18", ["image=-1"], "ResNetConfig.image must be a positive int but got -1"),
+    ("resnet18", ["classes=true"], "ResNetConfig.classes must be a positive int but got True"),
+    ("mobilenet_v2", ["width=0"], "MobileNetConfig.width must be a positive number"),
+    ("mobilenet_v2", ["width=nan"], "MobileNetConfig.width must be a positive number"),
+    ("mobilenet_v2", ["batch=-3"], "MobileNetConfig.batch must be a positive int"),
+]
+
+
+def test_bad_configs_cover_every_zoo_model() -> None:
+    from tensorgraph.models import ZOO
+
+    assert {name for name, _, _ in BAD_CONFIGS} == set(ZOO) == set(ZOO_NAMES)
+
+
+@pytest.mark.parametrize(("model", "pairs", "message"), BAD_CONFIGS)
+def test_bad_config_is_one_line_for_compile_and_run(model, pairs, message, capsys) -> None:
+    for command in ("compile", "run"):
+        code = cli.main([command, model, "--config", *pairs])
+        out, err = capsys.readouterr()
+        assert_one_line_usage_error(code, err, message)
+        assert out == "", "nothing is compiled"
+
+
+def test_a_config_too_large_for_memory_is_one_line(capsys) -> None:
+    # 10**12 vocabulary rows of 256 float64 weights are 2 PiB: no machine allocates that.
+    code = cli.main(["compile", "gpt2", "--config", f"vocab={10**12}"])
+    assert_one_line_usage_error(code, capsys.readouterr().err, "--config too large")
+
+
+def test_output_paths_are_checked_before_compiling(tmp_path, capsys) -> None:
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    cases = [
+        (["--json", str(tmp_path / "missing" / "plan.json")], "no such directory"),
+        (["--json", str(folder)], "is a directory, not a file"),
+        (["--json", str(a_file / "plan.json")], "is not a directory"),
+        (["--json", ""], "expects a file name"),
+        (["--plot", str(tmp_path / "missing" / "t.png")], "no such directory"),
+        (["--plot", str(folder)], "is a directory, not a file"),
+    ]
+    for flags, message in cases:
+        code = cli.main(["compile", "mlp", "--config", "batch=2", *flags])
+        out, err = capsys.readouterr()
+        assert_one_line_usage_error(code, err, message)
+        assert out == "", "refused before any work"
+    assert not (tmp_path / "missing").exists(), "no folder is created for --plot or --json"
+    assert [p.name for p in folder.iterdir()] == []
+
+
+def test_demo_out_must_not_be_a_file(tmp_path, capsys) -> None:
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    for out_dir in (a_file, a_file / "below"):
+        code = cli.main(["demo", "--out", str(out_dir)])
+        out, err = capsys.readouterr()
+        assert_one_line_usage_error(code, err, f"{str(a_file)!r} is a file, not a directory")
+        assert out == ""
+
+
+@pytest.mark.parametrize("text", ["-1", "-5000", "1.5", "seven", ""])
+def test_seed_is_a_non_negative_int(text, capsys) -> None:
+    code = cli.main(["run", "mlp", "--backend", "numpy", "--config", "batch=2", "--seed", text])
+    assert_one_line_usage_error(code, capsys.readouterr().err, "--seed: expects a non-negative")
+
+
+def test_large_seeds_run(capsys) -> None:
+    seed = str(2**70)  # NumPy's generators take any int >= 0
+    assert (
+        cli.main(["run", "mlp", "--backend", "numpy", "--config", "batch=2", "--seed", seed]) == 0
+    )
+    assert "OK" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("alignment", [1, 2, 128, 4096])
+def test_power_of_two_alignments_give_aligned_plans(alignment, tmp_path, capsys) -> None:
+    plan = tmp_path / "plan.json"
+    flags = ["--alignment", str(alignment), "--json", str(plan)]
+    assert cli.main(["compile", "mlp", "--config", "batch=2", *flags]) == 0
+    offsets = json.loads(plan.read_text())["offsets"]
+    assert offsets and all(int(v) % alignment == 0 for v in offsets.values())
+
+
+@pytest.mark.parametrize("text", ["0", "3", "6", "96", "-64", "x"])
+def test_alignment_that_is_not_a_power_of_two_is_refused(text, capsys) -> None:
+    code = cli.main(["compile", "mlp", "--alignment", text])
+    assert_one_line_usage_error(code, capsys.readouterr().err, "expects a power of two")
+
+
+# ---------------------------------------------------------------- help and version
+
+
+def help_entries(text: str) -> dict[str, str]:
+    """Option -> its description, from argparse's `options:` section: an entry starts
+    with two spaces and a dash; its description follows the invocation after two or
+    more spaces, or on the following, more indented lines."""
+    entries: dict[str, str] = {}
+    lines = text.split("options:", 1)[1].splitlines()
+    current = None
+    for line in lines:
+        if line.startswith("  -"):
+            invocation, _, description = line.strip().partition("  ")
+            current = [t.rstrip(",") for t in invocation.split() if t.startswith("-")][-1]
+            entries[current] = description.strip()
+        elif line.startswith("   ") and current is not None:
+            entries[current] = (entries[current] + " " + line.strip()).strip()
+        elif line.strip():
+            current = None
+    return entries
+
+
+def subcommand_parsers() -> dict[str, object]:
+    top = cli.parser()
+    (commands,) = [a for a in top._actions if a.dest == "command"]
+    return dict(commands.choices)
+
+
+# plan-csv's options are being rewritten with their own help texts elsewhere; every
+# other sub-command is checked here.
+HELP_CHECKED = ("models", "compile", "run", "demo")
+
+
+def test_help_checked_covers_every_other_subcommand() -> None:
+    assert set(subcommand_parsers()) == {*HELP_CHECKED, "plan-csv"}
+
+
+@pytest.mark.parametrize("command", HELP_CHECKED)
+def test_help_describes_every_option_with_its_default(command, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli.main([command, "--help"]) == 0
+    entries = help_entries(capsys.readouterr().out)
+    declared = {
+        action.option_strings[-1]
+        for action in subcommand_parsers()[command]._actions
+        if action.option_strings
+    }
+    assert set(entries) == declared, "the help text lists every option"
+    for option, description in entries.items():
+        assert description, f"{command} {option} has no description"
+        if option != "--help":
+            assert "default" in description, f"{command} {option}: {description!r}"
+
+
+def test_top_level_help_lists_every_command_and_version(capsys) -> None:
+    assert cli.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    entries = help_entries(text)
+    assert set(entries) == {"--help", "--version"} and all(entries.values())
+    for command in subcommand_parsers():
+        assert f"    {command} " in text, command
+
+
+def test_version_prints_the_package_version() -> None:
+    from tensorgraph import __version__
+
+    result = tensorgraph("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"tensorgraph {__version__}\n"

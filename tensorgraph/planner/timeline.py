@@ -6,7 +6,8 @@ registry category of the op that produces it. The lower-bound curve (live bytes 
 step, a step plot) and the arena size are drawn over it: where the curve stays below the
 arena line at the peak, the plan loses bytes to fragmentation. All rectangles go into
 one PatchCollection, so a 2,000-buffer plan renders in about a second; only the largest
-buffers that have room for their text get a label.
+buffers that have room for their text get a label. The byte axis has ticks at a
+power-of-two step, labelled in binary units (`512 B`, `1.5 KiB`, `2 MiB`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tensorgraph.errors import TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.ops import OPS
 from tensorgraph.planner.plan import MemoryPlan
-from tensorgraph.planner.report import human
+from tensorgraph.planner.report import UNITS, human
 
 # One colour per op registry category (Tableau 10, with grey for the boundary ops).
 KIND_COLOURS = {
@@ -56,32 +57,44 @@ def _pyplot():
     return plt
 
 
+def byte_label(nbytes: float) -> str:
+    """A byte count in the largest binary unit that keeps it at least 1 (B below 1 KiB),
+    with at most two decimals and no trailing zeros: 512 -> `512 B`, 1536 -> `1.5 KiB`,
+    3 * 2**20 -> `3 MiB`. The axis ticks sit on multiples of a power of two of at least
+    a quarter of their unit, so two decimals show them exactly."""
+    value, unit = float(nbytes), UNITS[0]
+    for bigger in UNITS[1:]:
+        if abs(round(value, 2)) < 1024:
+            break
+        value, unit = value / 1024, bigger
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return f"{'0' if text == '-0' else text} {unit}"
+
+
 def _kind(graph: Graph, node_id: int) -> str:
     return OPS[graph.node(node_id).op].category
 
 
-def plot_timeline(
+def timeline_figure(
     plan: MemoryPlan,
     graph: Graph,
-    path: str | Path,
     *,
     title: str | None = None,
     label_top: int = 12,
     size: tuple[float, float] = (12, 6),
     dpi: int = 100,
-) -> Path:
-    """Write the timeline of `plan` (made for `graph`, the compiled graph whose node ids
-    the buffers carry) as a PNG at `path`, creating missing parent folders; returns the
-    path. The image is `size` inches at `dpi` (1200x600 pixels by default). At most
+) -> object:
+    """The timeline of `plan` (made for `graph`, the compiled graph whose node ids the
+    buffers carry) as a matplotlib Figure of `size` inches at `dpi`, laid out and
+    labelled; the caller owns it (save it, then `matplotlib.pyplot.close` it). At most
     `label_top` buffers are labelled: the largest by bytes (longer lifetime first among
-    equals) whose rectangle holds the text. Raises TensorGraphError when matplotlib is
-    not installed, OSError when the file cannot be written."""
+    equals) whose rectangle holds the text. The byte axis reads in B/KiB/MiB/GiB
+    (`byte_label`). Raises TensorGraphError when matplotlib is not installed."""
     plt = _pyplot()
     from matplotlib.collections import PatchCollection
     from matplotlib.patches import Patch, Rectangle
     from matplotlib.ticker import FuncFormatter, MultipleLocator
 
-    path = Path(path)
     steps = len(plan.liveness.steps)
     curve = plan.liveness.live_bytes()
     top = max(plan.arena_size, max(curve, default=0), 1)
@@ -123,11 +136,10 @@ def plot_timeline(
         )
         axes.set_xlim(0, max(steps, 1))
         axes.set_ylim(0, top * 1.05)
-        # Ticks at a power-of-two step (128 KiB, 256 KiB, ...): round numbers in binary units.
+        # About six ticks at a power-of-two step (512 B, 128 KiB, ...): round numbers in
+        # binary units, each at least 1 B and at least a sixth of the top.
         axes.yaxis.set_major_locator(MultipleLocator(2 ** max(math.ceil(math.log2(top / 6)), 0)))
-        axes.yaxis.set_major_formatter(
-            FuncFormatter(lambda value, _: human(int(value)).replace(".00", ""))
-        )
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: byte_label(value)))
         axes.set_xlabel("schedule step")
         axes.set_ylabel("byte offset")
         axes.set_title(
@@ -140,8 +152,32 @@ def plot_timeline(
         axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
         figure.tight_layout()
         _label_largest(axes, plan, graph, label_top, dpi)  # after layout: final pixel sizes
+    except BaseException:
+        plt.close(figure)
+        raise
+    return figure
+
+
+def plot_timeline(
+    plan: MemoryPlan,
+    graph: Graph,
+    path: str | Path,
+    *,
+    title: str | None = None,
+    label_top: int = 12,
+    size: tuple[float, float] = (12, 6),
+    dpi: int = 100,
+) -> Path:
+    """Write `timeline_figure(plan, graph, ...)` as a PNG at exactly `path` (no suffix is
+    added), creating missing parent folders; returns the path. The image is `size`
+    inches at `dpi` (1200x600 pixels by default). Raises TensorGraphError when
+    matplotlib is not installed, OSError when the file cannot be written."""
+    plt = _pyplot()
+    path = Path(path)
+    figure = timeline_figure(plan, graph, title=title, label_top=label_top, size=size, dpi=dpi)
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, dpi=dpi)
+        figure.savefig(path, dpi=dpi, format="png")
     finally:
         plt.close(figure)
     return path
