@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tensorgraph as tg
 from tensorgraph import cli
 from tests.planner.test_timeline import png_size
 
@@ -86,7 +87,7 @@ def test_compile_prints_the_summary_and_writes_plot_and_json(tmp_path) -> None:
         "live at the peak step",  # from --report
     ):
         assert word in result.stdout
-    assert summary_passes(result.stdout) == ["dce", "view_alias", "reinplace"]
+    assert summary_passes(result.stdout) == ["dce", "fold", "view_alias", "reinplace"]
     assert png_size(plot) == (1200, 600)
     document = json.loads(plan.read_text())
     arena_line = next(line for line in result.stdout.splitlines() if "  arena " in line)
@@ -107,7 +108,7 @@ def test_compile_prints_the_summary_and_writes_plot_and_json(tmp_path) -> None:
 def test_no_pass_flags_accept_both_spellings(flags, off) -> None:
     result = tensorgraph("compile", "mlp", "--config", "batch=2", *flags)
     assert result.returncode == 0, result.stderr
-    expected = [p for p in ("dce", "cse", "view_alias", "reinplace") if p not in off.split()]
+    expected = [p for p in tg.DEFAULT_PASSES if p not in off.split()]
     assert summary_passes(result.stdout) == expected
 
 
