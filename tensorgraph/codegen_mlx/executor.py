@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import ml_dtypes
 import mlx.core as mx
 import numpy as np
 
+from tensorgraph.codegen_mlx.arrays import to_mx, to_numpy
 from tensorgraph.codegen_mlx.lowering import LOWERINGS
 from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
@@ -34,20 +34,6 @@ from tensorgraph.runtime.feeds import bind_feeds
 from tensorgraph.runtime.kernels import constant_value
 
 MODES = ("auto", "eager", "compiled")
-
-
-def to_mx(array: np.ndarray) -> mx.array:
-    """A NumPy array as an MLX array of the same dtype (bfloat16 via float32, exact)."""
-    if array.dtype == ml_dtypes.bfloat16:
-        return mx.array(array.astype(np.float32)).astype(mx.bfloat16)
-    return mx.array(np.ascontiguousarray(array))
-
-
-def to_numpy(value: mx.array) -> np.ndarray:
-    """An MLX array as a fresh NumPy array of the same dtype (bfloat16 via float32)."""
-    if value.dtype == mx.bfloat16:
-        return np.array(value.astype(mx.float32)).astype(ml_dtypes.bfloat16)
-    return np.array(value, copy=True)
 
 
 def _device(device: str | None) -> mx.Device:
