@@ -23,10 +23,11 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping
 
-import ml_dtypes
 import mlx.core as mx
 import numpy as np
 
+from tensorgraph.codegen_mlx.arrays import to_mx, to_numpy
+from tensorgraph.codegen_mlx.guards import check, guarded_nodes, raise_if_broken, verdict
 from tensorgraph.codegen_mlx.lowering import LOWERINGS
 from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
@@ -43,20 +44,6 @@ _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _cache(program: object) -> dict[str, object]:
     return _CACHES.setdefault(program, {})
-
-
-def to_mx(array: np.ndarray) -> mx.array:
-    """A NumPy array as an MLX array of the same dtype (bfloat16 via float32, exact)."""
-    if array.dtype == ml_dtypes.bfloat16:
-        return mx.array(array.astype(np.float32)).astype(mx.bfloat16)
-    return mx.array(np.ascontiguousarray(array))
-
-
-def to_numpy(value: mx.array) -> np.ndarray:
-    """An MLX array as a fresh NumPy array of the same dtype (bfloat16 via float32)."""
-    if value.dtype == mx.bfloat16:
-        return np.array(value.astype(mx.float32)).astype(ml_dtypes.bfloat16)
-    return np.array(value, copy=True)
 
 
 def _device(device: str | None) -> mx.Device:
@@ -95,12 +82,15 @@ def run_eager(
 ) -> list[mx.array]:
     """Evaluate step by step, dropping each value after `last_use` (see module doc)."""
     outputs = set(graph.outputs)
+    guarded = {n.id for n in guarded_nodes(graph)}
     slots: dict[int, mx.array] = {}
     for step, node in enumerate(graph.nodes):
         if OPS[node.op].boundary:
             slots[node.id] = values[node.id]
             continue
         args = [slots[i] for i in node.inputs]
+        if node.id in guarded:
+            check(node, args)  # RunError where the NumPy kernels raise (see guards.py)
         for i in dict.fromkeys(node.inputs):
             if last_use[i] == step and i not in outputs:
                 del slots[i]  # the op now holds the only reference: MLX may donate it
@@ -114,6 +104,7 @@ def run_eager(
 
 def _trace(graph: Graph, feed_ids: tuple[int, ...]):
     constants = {n.id: to_mx(constant_value(n)) for n in graph.nodes if n.op == "constant"}
+    guarded = guarded_nodes(graph)
 
     def program(*feeds: mx.array) -> list[mx.array]:
         slots = dict(zip(feed_ids, feeds, strict=True))
@@ -121,7 +112,8 @@ def _trace(graph: Graph, feed_ids: tuple[int, ...]):
         for node in graph.nodes:
             if node.id not in slots:
                 slots[node.id] = LOWERINGS[node.op](node, [slots[i] for i in node.inputs])
-        return [slots[o] for o in graph.outputs]
+        verdicts = [verdict(n, [slots[i] for i in n.inputs]) for n in guarded]
+        return [slots[o] for o in graph.outputs] + verdicts  # verdicts: see guards.py
 
     return mx.compile(program)
 
@@ -136,7 +128,10 @@ def run_compiled(program: object, feeds: dict[int, mx.array], device: mx.Device)
         cache[key] = _trace(graph, feed_ids)
     outputs = cache[key](*(feeds[i] for i in feed_ids))
     mx.eval(outputs)
-    return outputs
+    count = len(graph.outputs)
+    for node, outcome in zip(guarded_nodes(graph), outputs[count:], strict=True):
+        raise_if_broken(node, outcome)
+    return outputs[:count]
 
 
 def run_mlx(

@@ -1,0 +1,173 @@
+"""Run-time preconditions the NumPy oracle enforces and MLX does not: `take` indices in
+[-size, size) and non-negative exponents of an integer `pow`. Where the oracle raises
+RunError the MLX backend must raise the same RunError, never return zeros or garbage.
+
+A guard is checked in three tiers, cheapest first:
+
+1. Statically, from dtypes: uint8 indices into an axis of 256 or more, or an unsigned
+   exponent, cannot break the precondition; such nodes are never checked.
+2. At run start, from compile-time values: indices or exponents that are a `constant`,
+   `full` or `arange` node are checked on the host with NumPy (a constant's bytes are
+   already there; `full` is one value). Those in range are never checked again on the
+   device; broken ones stay guarded, so the run raises when it reaches them.
+3. On the device, for everything else: `verdict` is one reduction over the guarded
+   operand (argmax over an elementwise "bad" mask for take, min for pow) plus a sync to
+   read it. That sync is the price of the error; tier 1 and 2 keep it off the common
+   cases (slicing's constant positions, `x ** 2`), and an embedding lookup pays one
+   tiny reduction over its token ids.
+
+Executors: `guarded_nodes(graph)` lists the nodes of tier 3. Eager: `check(node, args)`
+before lowering the node (args are materialised, so its sync is cheap). Traced
+(mx.compile, where no value can be read mid-trace): return `verdict(node, args)` of each
+guarded node as an extra output and `raise_if_broken(node, v)` on each after the run;
+the lowering of take never hands MLX an out-of-range index, so the trace cannot crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import mlx.core as mx
+import numpy as np
+from attrs import frozen
+
+from tensorgraph.errors import RunError
+from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import Node, describe
+from tensorgraph.runtime.kernels import constant_value, evaluate
+
+
+@frozen
+class Guard:
+    """One op's precondition.
+
+    `operand`: which input it constrains. `can_break(node, graph)`: False when the
+    operand's dtype and the node's shapes make a violation impossible (tier 1).
+    `violation(node, values)`: for host values of the operand, the culprits (a tuple of
+    ints) or None (tier 2, and the oracle's reading). `verdict(node, args)`: an int64
+    mx vector, lazy, [0, ...] when the args are fine, [1, *culprits] when not (tier 3).
+    `message(node, culprits)`: the RunError text, in the NumPy kernels' words."""
+
+    operand: int
+    can_break: Callable[[Node, Graph], bool]
+    violation: Callable[[Node, Graph, np.ndarray], tuple[int, ...] | None]
+    verdict: Callable[[Node, Sequence[mx.array]], mx.array]
+    message: Callable[[Node, tuple[int, ...]], str]
+
+
+# ---------------------------------------------------------------- take
+
+
+def _axis_size(node: Node, graph: Graph) -> int:
+    return graph.node(node.inputs[0]).shape[node.attr("axis")]
+
+
+def _take_can_break(node: Node, graph: Graph) -> bool:
+    indices = graph.node(node.inputs[1])
+    if 0 in indices.shape:
+        return False
+    info = np.iinfo(indices.dtype.to_numpy())
+    size = _axis_size(node, graph)
+    return info.min < -size or info.max >= size
+
+
+def _take_violation(node: Node, graph: Graph, indices: np.ndarray) -> tuple[int, ...] | None:
+    size = _axis_size(node, graph)
+    wide = indices.astype(np.int64).reshape(-1)
+    bad = (wide < -size) | (wide >= size)
+    return (int(wide[bad][0]), size) if bad.any() else None
+
+
+def _take_verdict(node: Node, args: Sequence[mx.array]) -> mx.array:
+    size = args[0].shape[node.attr("axis")]
+    wide = args[1].astype(mx.int64).reshape(-1)
+    bad = mx.logical_or(wide < -size, wide >= size)
+    first = mx.argmax(bad)  # the first bad index, or 0 when none is bad
+    return mx.stack([bad[first].astype(mx.int64), wide[first], mx.array(size, mx.int64)])
+
+
+def _take_message(node: Node, culprits: tuple[int, ...]) -> str:
+    index, size = culprits
+    return (
+        f"{describe(node)}: index {index} is out of range for axis {node.attr('axis')} "
+        f"of size {size}"
+    )
+
+
+# ---------------------------------------------------------------- pow
+
+
+def _pow_can_break(node: Node, graph: Graph) -> bool:
+    exponent = graph.node(node.inputs[1])
+    return node.dtype.kind == "int" and exponent.dtype.kind == "int" and 0 not in exponent.shape
+
+
+def _pow_violation(node: Node, graph: Graph, exponent: np.ndarray) -> tuple[int, ...] | None:
+    lowest = int(exponent.astype(np.int64).min())
+    return (lowest,) if lowest < 0 else None
+
+
+def _pow_verdict(node: Node, args: Sequence[mx.array]) -> mx.array:
+    # The node's dtype is a signed integer at least as wide as the exponent's, so int64
+    # holds the exponent's values exactly, as the oracle's cast to the node's dtype does.
+    lowest = mx.min(args[1].astype(mx.int64))
+    return mx.stack([(lowest < 0).astype(mx.int64), lowest.astype(mx.int64)])
+
+
+def _pow_message(node: Node, culprits: tuple[int, ...]) -> str:
+    return f"{describe(node)}: integer power with the negative exponent {culprits[0]}"
+
+
+GUARDS: dict[str, Guard] = {
+    "take": Guard(1, _take_can_break, _take_violation, _take_verdict, _take_message),
+    "pow": Guard(1, _pow_can_break, _pow_violation, _pow_verdict, _pow_message),
+}
+
+
+# ---------------------------------------------------------------- executors' interface
+
+
+def _host_values(graph: Graph, node_id: int) -> np.ndarray | None:
+    """The value of a node known before the run (tier 2), or None."""
+    node = graph.node(node_id)
+    if node.op == "constant":
+        return constant_value(node)
+    if node.op == "full":  # its one value, cast as the oracle casts it
+        with np.errstate(all="ignore"):
+            return np.asarray(node.attr("value")).astype(node.dtype.to_numpy())
+    if node.op == "arange":  # the oracle's own values
+        return evaluate(node, [])
+    return None
+
+
+def guarded_nodes(graph: Graph) -> tuple[Node, ...]:
+    """The nodes of `graph`, in order, whose precondition must be checked on the device
+    (tier 3), including those whose compile-time operand already breaks it (their check
+    raises when the run reaches them). O(nodes + size of constant guarded operands)."""
+    result = []
+    for node in graph.nodes:
+        guard = GUARDS.get(node.op)
+        if guard is None or not guard.can_break(node, graph):
+            continue
+        values = _host_values(graph, node.inputs[guard.operand])
+        if values is None or guard.violation(node, graph, values) is not None:
+            result.append(node)
+    return tuple(result)
+
+
+def verdict(node: Node, args: Sequence[mx.array]) -> mx.array:
+    """`node`'s guard evaluated on `args` (lazy; see Guard.verdict)."""
+    return GUARDS[node.op].verdict(node, args)
+
+
+def raise_if_broken(node: Node, outcome: mx.array) -> None:
+    """RunError naming `node` and the culprit if `outcome` (its verdict) says its
+    inputs broke the precondition. Reads `outcome`, so it syncs."""
+    broken, *culprits = outcome.tolist()
+    if broken:
+        raise RunError(GUARDS[node.op].message(node, tuple(culprits)))
+
+
+def check(node: Node, args: Sequence[mx.array]) -> None:
+    """Raise `node`'s RunError now if `args` break its precondition (eager executors)."""
+    raise_if_broken(node, verdict(node, args))
