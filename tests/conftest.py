@@ -12,7 +12,7 @@ import os
 os.environ["MLX_ENABLE_TF32"] = "0"
 os.environ.setdefault("TENSORGRAPH_DEBUG", "1")
 
-from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "default",
