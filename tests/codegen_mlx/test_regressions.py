@@ -218,10 +218,11 @@ def test_integer_arange_of_fractional_bounds_rounds_once_like_numpy() -> None:
 # ---------------------------------------------------------------- RunErrors of the oracle
 
 
-def take_graph(index_dtype: tg.DType = tg.int32, size: int = 3) -> tg.Graph:
+def take_graph() -> tg.Graph:
+    """x (3, 2) gathered along axis 0 at two int32 indices i, both fed at run time."""
     g = tg.Graph("take")
-    x = g.input("x", (size, 2), tg.float32)
-    g.output(tg.take(x, g.input("i", (2,), index_dtype), 0))
+    x = g.input("x", (3, 2), tg.float32)
+    g.output(tg.take(x, g.input("i", (2,), tg.int32), 0))
     return g
 
 
@@ -260,8 +261,8 @@ def message(index: int, size: int) -> str:
 
 def test_take_in_range_negative_indices_count_from_the_end() -> None:
     # -1 is row 2 = [4, 5]; -3 is row 0 = [0, 1].
-    inputs = {"x": np.arange(6, dtype=np.float32).reshape(3, 2), "i": np.array([-1, -3])}
-    inputs["i"] = inputs["i"].astype(np.int32)
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    inputs = {"x": x, "i": np.array([-1, -3], np.int32)}
     assert_all(take_graph(), inputs, [np.array([[4, 5], [0, 1]], np.float32)])
 
 
