@@ -1,11 +1,18 @@
-"""Test-wide settings: hypothesis without deadlines (shared 2-core machines are noisy)
-and the compiler's debug checks (verifier after every pass, plan verification) on."""
+"""Test-wide settings: hypothesis without deadlines (shared 2-core machines are noisy),
+the compiler's debug checks (verifier after every pass, plan verification) on, and MLX's
+float32 matmuls at full float32 precision."""
 
 import os
 
-from hypothesis import HealthCheck, settings
-
+# MLX runs float32 matmul-class ops (matmul, conv, attention) as TF32 by default on CUDA
+# and M5 Apple GPUs: a 10-bit mantissa, errors near 1e-3, where the tests compare with
+# the NumPy oracle (float32 BLAS) at 1e-5. MLX reads the variable once, at its
+# first such op, so it must be set before any test imports and runs mlx (subprocesses
+# started by tests inherit it). Forced, not setdefault: the suite's tolerances assume it.
+os.environ["MLX_ENABLE_TF32"] = "0"
 os.environ.setdefault("TENSORGRAPH_DEBUG", "1")
+
+from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "default",

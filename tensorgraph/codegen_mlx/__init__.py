@@ -1,11 +1,13 @@
-"""The MLX backend: a lowering table (op -> mlx.core) and an executor that follows the
-plan's liveness. Importing this package loads a fast system BLAS before mlx.core."""
+"""The MLX backend: array conversion (arrays), a lowering table op -> mlx.core
+(lowering), the run-time checks MLX does not make (guards) and an executor that follows
+the plan's liveness. Importing this package loads a fast system BLAS before mlx.core."""
 
 from tensorgraph.codegen_mlx.blas import blas_info, ensure_blas
 
 ensure_blas()
 
+from tensorgraph.codegen_mlx.arrays import to_mx, to_numpy  # noqa: E402
 from tensorgraph.codegen_mlx.executor import run_mlx  # noqa: E402
 from tensorgraph.codegen_mlx.lowering import LOWERINGS  # noqa: E402
 
-__all__ = ["LOWERINGS", "blas_info", "ensure_blas", "run_mlx"]
+__all__ = ["LOWERINGS", "blas_info", "ensure_blas", "run_mlx", "to_mx", "to_numpy"]

@@ -45,8 +45,10 @@ def _as(node: Node, x: mx.array) -> mx.array:
 
 
 def _filled(node: Node, value: float) -> mx.array:
-    """The node's result as a constant array (for results known without computing)."""
-    return mx.full(node.shape, value, dtype=_dtype(node))
+    """The node's result as a constant array (for results known without computing).
+    The value is made an array of the node's dtype first: mx.full(shape, 0, dtype=bool)
+    returns int32 (MLX 0.32 keeps a Python value's kind whatever `dtype` says)."""
+    return mx.full(node.shape, mx.array(value, dtype=_dtype(node)))
 
 
 def _unary(fn: Callable[[mx.array], mx.array]) -> Lowering:

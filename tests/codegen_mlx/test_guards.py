@@ -1,0 +1,110 @@
+"""guards.py: which nodes pay a device check, and that the checks agree with the oracle.
+
+A device check costs a sync, so the tiers matter: nodes whose operand cannot break the
+precondition (by dtype, or as a compile-time value in range) must not be guarded, and
+every node whose operand can must be, or a bad index would go unreported."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tensorgraph as tg
+from tensorgraph.codegen_mlx.guards import guarded_nodes
+
+
+def guarded_ops(graph: tg.Graph) -> list[str]:
+    return [node.op for node in guarded_nodes(graph)]
+
+
+def test_indices_fed_at_run_time_are_guarded() -> None:
+    g = tg.Graph("embed")
+    table = g.param("table", (10, 4))
+    g.output(tg.take(table, g.input("ids", (3,), tg.int32), 0))
+    assert guarded_ops(g) == ["take"]
+
+
+def test_strided_slicing_needs_no_device_check() -> None:
+    # x[::2] gathers the constant positions [0, 2, 4], all inside the axis of 5.
+    g = tg.Graph("slice")
+    x = g.input("x", (5, 3))
+    g.output(x[::2], x[:, ::-1])
+    assert "take" in [n.op for n in g.nodes]
+    assert guarded_ops(g) == []
+
+
+def test_in_range_arange_and_full_indices_need_no_device_check() -> None:
+    g = tg.Graph("gen")
+    x = g.input("x", (4, 3))
+    g.output(tg.take(x, tg.arange(g, 3, -5, -1), 0), tg.take(x, tg.full(g, (2,), -4), 0))
+    assert guarded_ops(g) == []
+
+
+def test_uint8_indices_into_a_long_axis_need_no_device_check() -> None:
+    # uint8 holds 0..255: every value is a valid index of an axis of 256, not of 255.
+    g = tg.Graph("u8")
+    ids = g.input("ids", (3,), tg.uint8)
+    long, short = g.input("long", (256, 2)), g.input("short", (255, 2))
+    g.output(tg.take(long, ids, 0), tg.take(short, ids, 0))
+    assert [n.inputs[0] for n in guarded_nodes(g)] == [short.id]
+
+
+def test_empty_indices_need_no_device_check() -> None:
+    g = tg.Graph("none")
+    g.output(tg.take(g.input("x", (3,)), g.input("i", (0,), tg.int32), 0))
+    assert guarded_ops(g) == []
+
+
+def test_out_of_range_constant_indices_stay_guarded_and_raise() -> None:
+    g = tg.Graph("const")
+    x = g.input("x", (3, 2))
+    g.output(tg.take(x, g.constant(np.array([1, 3], np.int32)), 0))
+    assert guarded_ops(g) == ["take"]
+    prog = tg.compile(g)
+    for mode in ("eager", "compiled"):
+        with pytest.raises(tg.RunError, match=r"%\d+ take: index 3 is out of range"):
+            prog.run({"x": np.zeros((3, 2), np.float32)}, backend="mlx", mode=mode)
+
+
+def test_only_integer_powers_with_signed_run_time_exponents_are_guarded() -> None:
+    g = tg.Graph("pow")
+    i = g.input("i", (2,), tg.int32)
+    f = g.input("f", (2,), tg.float32)
+    g.output(
+        i**2,  # a constant exponent, >= 0
+        tg.power(i, g.input("u", (2,), tg.uint8)),  # unsigned: never negative
+        tg.power(f, f),  # floats have no precondition
+        tg.power(i, g.input("e", (2,), tg.int8)),  # signed and fed: checked
+    )
+    assert guarded_ops(g) == ["pow"]
+    assert guarded_nodes(g)[0].inputs[1] == g.nodes[-2].id
+
+
+@given(
+    st.integers(1, 6),
+    st.lists(st.integers(-10, 10), min_size=1, max_size=5),
+    st.sampled_from([tg.int8, tg.int32, tg.int64]),
+)
+def test_take_raises_exactly_where_the_reference_raises(size, indices, dtype) -> None:
+    g = tg.Graph("take")
+    x = g.input("x", (size, 2))
+    g.output(tg.take(x, g.input("i", (len(indices),), dtype), 0))
+    inputs = {
+        "x": np.arange(size * 2, dtype=np.float32).reshape(size, 2),
+        "i": np.array(indices, dtype.to_numpy()),
+    }
+    prog = tg.compile(g)
+    bad = [i for i in indices if not -size <= i < size]
+    for options in ({"backend": "numpy"}, {"mode": "eager"}, {"mode": "compiled"}):
+        if bad:
+            # The reference names the first bad index; MLX names the same one (argmax of
+            # the bad mask picks the first True).
+            pattern = rf"index {bad[0]} is out of range for axis 0 of size {size}"
+            with pytest.raises(tg.RunError, match=pattern):
+                prog.run(inputs, **options)
+        else:
+            (got,) = prog.run(inputs, **options)
+            # Row i of arange(2 * size).reshape(size, 2) is [2i, 2i + 1] (i mod size).
+            rows = [i % size for i in indices]
+            expected = np.array([[2 * r, 2 * r + 1] for r in rows], np.float32)
+            np.testing.assert_array_equal(got, expected)
