@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -515,11 +514,12 @@ def minimize(
     problem = _problem(buffers, alignment, work, None)
     if problem is None:
         return best
-    share = 0.75
+    first = True
     while low < best.arena_size and work.afford(problem.reset_units):
-        capacity = low if share == 0.75 else (low + best.arena_size) // 2
-        ceiling = work.spent + max(problem.reset_units, math.floor(share * work.left()))
-        share = 0.25
+        capacity = low if first else (low + best.arena_size) // 2
+        share = work.left() * 3 // 4 if first else work.left() // 4
+        ceiling = work.spent + max(problem.reset_units, share)
+        first = False
         result = decide(buffers, capacity, alignment, work, ceiling, problem)
         if result.offsets is not None:
             top = max((result.offsets[b.id] + b.size for b in buffers), default=0)

@@ -15,6 +15,7 @@ from tensorgraph.planner.buffers import (
     read_minimalloc_csv,
     write_minimalloc_csv,
 )
+from tensorgraph.planner.search import search_offsets
 from tests.planner.test_assign import interval_sets
 
 TWO_63 = 9223372036854775808  # 2**63 written out, so the tests do not share the constant
@@ -177,3 +178,18 @@ def test_solution_csv_round_trips(tmp_path) -> None:
     write_minimalloc_csv(path, buffers, plan)
     assert path.read_text() == "id,lower,upper,size,offset\n0,0,2,8,0\nx,1,3,8,8\n2,2,4,0,0\n"
     assert read_minimalloc_csv(path) == buffers
+
+
+def test_exact_search_near_the_int64_limit() -> None:
+    # Two overlapping buffers of 2**62 and 2**62 - 64 bytes need 2**63 - 64 stacked; with
+    # alignment 64 both sizes and offsets are multiples of 64, so at capacity 2**63 - 1
+    # one sits at 0 and the other right above it, and one byte less than they need
+    # (2**63 - 65) is infeasible (the lower bound already exceeds it).
+    buffers = [Buffer(0, 2**62, 0, 2), Buffer(1, 2**62 - 64, 1, 3)]
+    found = search_offsets(buffers, 2**63 - 1, 64, 10_000)
+    assert found.offsets is not None
+    assert sorted(found.offsets.values()) in ([0, 2**62], [0, 2**62 - 64])
+    verify_assignment(buffers, Assignment(found.offsets, 2**63 - 64), 64)
+    below = search_offsets(buffers, 2**63 - 65, 64, 10_000)
+    assert below.offsets is None and below.proven_infeasible
+    assert assign_offsets(buffers, "best", 64).arena_size == 2**63 - 64
