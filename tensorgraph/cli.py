@@ -443,19 +443,23 @@ def parser() -> argparse.ArgumentParser:
     csv_cmd = commands.add_parser("plan-csv", help="plan a MiniMalloc CSV of buffers")
     csv_cmd.add_argument("file")
     csv_cmd.add_argument("--algorithm", choices=sorted(ALGORITHMS), default="best")
-    csv_cmd.add_argument("--alignment", type=_power_of_two, default=1, metavar="BYTES")
     csv_cmd.add_argument(
-        "--budget", type=_work_units, default=None, metavar="UNITS", help="work units"
+        "--alignment", type=_power_of_two, default=1, metavar="BYTES", help="a power of two"
     )
     csv_cmd.add_argument(
-        "--time-limit", type=_seconds, default=None, metavar="SECONDS", help="wall-clock cap"
+        "--budget", type=_work_units, default=None, metavar="UNITS", help="work units for best or the exact search (about a microsecond each; the "
+        "default grows with the buffer count); the same budget gives the same plan"
+    )
+    csv_cmd.add_argument(
+        "--time-limit", type=_seconds, default=None, metavar="SECONDS", help="wall-clock cap (plans it cuts short may differ between runs)"
     )
     csv_cmd.add_argument(
         "--capacity",
         type=_capacity_bytes,
         default=None,
         metavar="BYTES",
-        help="decide by exact search whether the buffers fit (exit 1 if not)",
+        help="decide by exact search whether the buffers fit, instead of --algorithm "
+        "(exit 1 when they do not or the budget runs out first)",
     )
     csv_cmd.add_argument("--out", metavar="FILE", help="write id,lower,upper,size,offset")
     csv_cmd.set_defaults(run=cmd_plan_csv)

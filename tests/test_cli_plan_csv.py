@@ -69,6 +69,11 @@ def test_bad_options_are_one_line_and_exit_two(tiny, args, message) -> None:
     fails_in_one_line(tensorgraph("plan-csv", str(tiny), *args), message)
 
 
+def test_an_unwritable_out_file_is_one_line_and_exit_two(tiny) -> None:
+    result = tensorgraph("plan-csv", str(tiny), "--out", "/nonexistent/dir/plan.csv")
+    fails_in_one_line(result, "/nonexistent/dir/plan.csv")
+
+
 def test_a_size_above_int64_is_one_line_and_exit_two(tmp_path) -> None:
     path = tmp_path / "huge.csv"
     path.write_text("id,lower,upper,size\n0,0,1,8\n1,0,1,9223372036854775808\n")
