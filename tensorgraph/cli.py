@@ -447,11 +447,19 @@ def parser() -> argparse.ArgumentParser:
         "--alignment", type=_power_of_two, default=1, metavar="BYTES", help="a power of two"
     )
     csv_cmd.add_argument(
-        "--budget", type=_work_units, default=None, metavar="UNITS", help="work units for best or the exact search (about a microsecond each; the "
-        "default grows with the buffer count); the same budget gives the same plan"
+        "--budget",
+        type=_work_units,
+        default=None,
+        metavar="UNITS",
+        help="work units for best or the exact search (about a microsecond each; the "
+        "default grows with the buffer count); the same budget gives the same plan",
     )
     csv_cmd.add_argument(
-        "--time-limit", type=_seconds, default=None, metavar="SECONDS", help="wall-clock cap (plans it cuts short may differ between runs)"
+        "--time-limit",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="wall-clock cap (a plan it cuts short may differ between runs)",
     )
     csv_cmd.add_argument(
         "--capacity",
