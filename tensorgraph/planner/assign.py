@@ -54,7 +54,7 @@ from tensorgraph.planner.search import Work, check_limits, default_budget, minim
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
-IMPROVE_SHARE = 0.1  # of best's remaining budget for reordering; exact search gets the rest
+IMPROVE_SHARE = 10  # reordering gets 1/IMPROVE_SHARE of the work left; exact search the rest
 # Work units (about a microsecond each on the reference machine, see planner.search):
 PLACE_UNITS = 8  # per buffer a placement pass places (interval index query, bookkeeping)
 NEAR = 2  # plus one per NEAR placed neighbours its gap search sorts and scans
@@ -303,11 +303,11 @@ def best(
     Steps: 1. naive, greedy_size and greedy_breadth always run (so `best` is never worse
     than them, whatever the budget); 2. more orderings while the budget lasts (a pass
     starts when the last pass's cost is left, and is dropped if the budget runs out
-    within it); 3. iterated reordering with IMPROVE_SHARE of
-    the work left; 4. `search.minimize` with the rest. Any step that reaches the lower
-    bound ends the run. `progress` gets a line as each step starts and for each smaller
-    arena found. An order whose placement would pass 2**63 bytes is dropped; PlanError
-    (naming a buffer) only when every one would."""
+    within it); 3. iterated reordering with 1/IMPROVE_SHARE of the work (and, under a
+    time limit, of the time) left; 4. `search.minimize` with the rest. Any step that
+    reaches the lower bound ends the run. `progress` gets a line as each step starts and
+    for each smaller arena found. An order whose placement would pass 2**63 bytes is
+    dropped; PlanError (naming a buffer) only when every one would."""
     work = Work(default_budget(len(buffers)) if budget is None else budget, time_limit)
     bound = arena_bound(buffers, alignment)
 
@@ -354,7 +354,7 @@ def best(
                 return done(plan)
     if incumbent is None:
         raise overflow
-    ceiling = work.spent + int(IMPROVE_SHARE * work.left())
+    ceiling = work.share(1, IMPROVE_SHARE)
     if best_order is not None and work.afford(cost, ceiling):
         say("reordering the buffers at the arena top")
         incumbent = _improve(

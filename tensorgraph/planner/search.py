@@ -89,15 +89,18 @@ class Work:
     """Work units spent against a budget, shared by the stages of one search, plus an
     optional wall-clock cap.
 
-    `spent` only grows. A stage may set a lower `ceiling` (a total of `spent`) for its
-    share. Without a time limit the clock is never read, so every decision depends on
-    counts alone; with one, `cut_short` becomes True the first time the clock stops work
-    that the budget would still have allowed."""
+    `spent` only grows. A stage takes a `share` of what is left: a ceiling on `spent`,
+    and, under a time limit, the same share of the time left (so a binding clock splits
+    the time between stages as the budget would have split the work). Without a time
+    limit the clock is never read and every decision depends on counts alone; with one,
+    `cut_short` becomes True the first time the clock stops work that the budget (or the
+    stage's share of it) would still have allowed."""
 
     def __init__(self, budget: int, time_limit: float | None = None) -> None:
         self.budget = budget
         self.spent = 0
         self.deadline = None if time_limit is None else time.perf_counter() + time_limit
+        self.stage_deadline: float | None = None  # the current stage's share of the time
         self.cut_short = False
 
     def left(self, ceiling: int | None = None) -> int:
@@ -105,19 +108,36 @@ class Work:
         limit = self.budget if ceiling is None else min(self.budget, ceiling)
         return max(0, limit - self.spent)
 
+    def share(self, numerator: int, denominator: int) -> int:
+        """Start a stage with `numerator / denominator` of the units (and time) left;
+        returns its ceiling on `spent`."""
+        if self.deadline is not None:
+            now = time.perf_counter()
+            self.stage_deadline = now + (self.deadline - now) * numerator / denominator
+        return self.spent + self.left() * numerator // denominator
+
     def afford(self, units: int, ceiling: int | None = None) -> bool:
-        """True when `units` more fit under the budget (and `ceiling`) and the time limit,
-        if any, has not passed."""
+        """True when `units` more fit under the budget (and `ceiling`) and neither the
+        time limit nor the stage's share of it, if any, has passed."""
         return units <= self.left(ceiling) and not self.timed_out()
 
     def charge(self, units: int) -> None:
         self.spent += units
 
+    def clock_limit(self) -> float | None:
+        """The earlier of the time limit and the stage's share of it (None: no limit)."""
+        if self.deadline is None or self.stage_deadline is None:
+            return self.deadline
+        return min(self.deadline, self.stage_deadline)
+
     def timed_out(self) -> bool:
-        """True once the time limit has passed (and from then on)."""
-        if not self.cut_short and self.deadline is not None:
-            self.cut_short = time.perf_counter() >= self.deadline
-        return self.cut_short
+        """True when the time limit or the stage's share of it has passed (sets
+        `cut_short`); never reads the clock without a time limit."""
+        limit = self.clock_limit()
+        if limit is None or time.perf_counter() < limit:
+            return False
+        self.cut_short = True
+        return True
 
 
 @frozen
@@ -449,7 +469,7 @@ def _round_robin(problem: _Problem, work: Work, ceiling: int | None) -> SearchRe
             problem.reset()
             problem.nodes_left = node_limit
             allowance = problem.units_left = work.left(ceiling)
-            problem.deadline = work.deadline
+            problem.deadline = work.clock_limit()
             try:
                 for members, lo, hi in problem.partitions():
                     if not problem.solve(members, lo, hi, heuristic):
@@ -517,8 +537,7 @@ def minimize(
     first = True
     while low < best.arena_size and work.afford(problem.reset_units):
         capacity = low if first else (low + best.arena_size) // 2
-        share = work.left() * 3 // 4 if first else work.left() // 4
-        ceiling = work.spent + max(problem.reset_units, share)
+        ceiling = max(work.share(3 if first else 1, 4), work.spent + problem.reset_units)
         first = False
         result = decide(buffers, capacity, alignment, work, ceiling, problem)
         if result.offsets is not None:

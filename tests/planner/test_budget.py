@@ -89,6 +89,18 @@ def test_a_time_limit_that_stops_the_search_is_reported() -> None:
     assert tiny.cut_short and tiny.offsets is None and not tiny.proven_infeasible
 
 
+def test_a_binding_time_limit_still_reaches_every_stage() -> None:
+    # A budget no clock allows: each stage gets its share of the time instead (a tenth
+    # to reordering, the rest to the exact search), so the exact search still runs.
+    buffers = hard(200, 2)
+    lines: list[str] = []
+    plan = assign_offsets(buffers, "best", 1, 10**12, time_limit=1.0, progress=lines.append)
+    assert plan.cut_short
+    verify_assignment(buffers, plan)
+    assert any(line.startswith("reordering the buffers") for line in lines)
+    assert any(line.startswith("exact search at capacity") for line in lines)
+
+
 def test_budget_zero_is_the_three_baselines() -> None:
     buffers = hard(250, 5)
     plan = assign_offsets(buffers, "best", 16, 0)
