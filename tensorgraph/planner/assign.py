@@ -360,6 +360,7 @@ def best(
         incumbent = _improve(
             buffers, best_order, incumbent, alignment, bound, lifetimes, work, ceiling, say
         )
+        work.end_share()
     if incumbent.arena_size > bound and work.afford(1):
         say("exact search")
         incumbent = minimize(buffers, alignment, incumbent, work, say)

@@ -116,6 +116,10 @@ class Work:
             self.stage_deadline = now + (self.deadline - now) * numerator / denominator
         return self.spent + self.left() * numerator // denominator
 
+    def end_share(self) -> None:
+        """End the current stage: from now on only the whole time limit applies."""
+        self.stage_deadline = None
+
     def afford(self, units: int, ceiling: int | None = None) -> bool:
         """True when `units` more fit under the budget (and `ceiling`) and neither the
         time limit nor the stage's share of it, if any, has passed."""
