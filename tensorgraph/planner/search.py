@@ -544,6 +544,7 @@ def minimize(
         ceiling = max(work.share(3 if first else 1, 4), work.spent + problem.reset_units)
         first = False
         result = decide(buffers, capacity, alignment, work, ceiling, problem)
+        work.end_share()
         if result.offsets is not None:
             top = max((result.offsets[b.id] + b.size for b in buffers), default=0)
             verdict = f"fits, arena {top:,}"
