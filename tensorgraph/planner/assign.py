@@ -5,8 +5,9 @@ the lowest aligned offset where the new buffer shares no byte with any already p
 buffer whose lifetime overlaps its own. Why live buffers never overlap: a placed buffer
 never moves, and the gap test sees every placed buffer that conflicts in time with the
 new one (the interval index returns exactly those), so each conflicting pair is
-checked once, when its second buffer is placed. Zero-size buffers own no byte: they
-sit at offset 0 and are never indexed.
+checked once, when its second buffer is placed. Zero-size buffers own no byte:
+`assign_offsets` plans them apart, at offset 0, so they never change the arena or any
+decision about the others.
 
 - `naive`: no reuse, buffers stacked in input order (arena = sum of aligned sizes,
   less the padding after the last one);
