@@ -264,7 +264,12 @@ def _plan_csv_capacity(
 
     progress(f"exact search at capacity {args.capacity:,}")
     result = search_offsets(
-        buffers, args.capacity, args.alignment, args.budget, time_limit=args.time_limit
+        buffers,
+        args.capacity,
+        args.alignment,
+        args.budget,
+        time_limit=args.time_limit,
+        progress=progress,
     )
     seconds = time.perf_counter() - progress.began
     head = (

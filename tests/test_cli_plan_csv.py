@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tensorgraph import cli
-from tensorgraph.planner import read_minimalloc_csv, verify_assignment
+from tensorgraph.planner import lower_bound, read_minimalloc_csv, verify_assignment
 from tensorgraph.planner.buffers import Assignment, write_minimalloc_csv
 from tensorgraph.planner.synthetic import random_buffers
 
@@ -177,3 +177,16 @@ def test_runs_shorter_than_the_threshold_print_no_progress(hard, monkeypatch, ca
     assert cli.main(["plan-csv", str(hard), "--budget", "50000"]) == 0
     captured = capsys.readouterr()
     assert captured.err == "" and "hard.csv: 250 buffers" in captured.out
+
+
+def test_capacity_search_reports_its_fresh_starts(hard, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(cli, "PROGRESS_AFTER", 0.0)
+    buffers = read_minimalloc_csv(hard)
+    bound = max(lower_bound(buffers), 1)
+    code = cli.main(["plan-csv", str(hard), "--capacity", str(bound), "--budget", "50000"])
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert f"exact search at capacity {bound:,}" in lines[0]
+    # 250 buffers: the first round allows twice as many nodes, 500, with WAT first.
+    assert "exact search: WAT preorder, up to 500 nodes (work " in lines[1]
+    assert code == (0 if "fits" in captured.out else 1)

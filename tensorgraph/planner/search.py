@@ -399,10 +399,12 @@ def search_offsets(
     budget: int | None = None,
     *,
     time_limit: float | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> SearchResult:
     """Place `buffers` within `capacity` bytes (offsets multiples of `alignment`), prove
     it impossible, or give up when `budget` work units (None: `default_budget`) are
-    spent or `time_limit` seconds have passed (None: no limit).
+    spent or `time_limit` seconds have passed (None: no limit). `progress` gets a line
+    at each fresh start of the search (a preordering with a new node limit).
 
     Deterministic without a time limit: the same arguments give the same result
     anywhere. PlanError naming the value on a bad capacity, alignment, budget or time
@@ -414,7 +416,12 @@ def search_offsets(
         raise PlanError(f"alignment must be a positive integer but got {alignment!r}")
     check_limits(budget, time_limit)
     work = Work(default_budget(len(buffers)) if budget is None else budget, time_limit)
-    result = decide(buffers, min(capacity, INT64_END - 1), alignment, work)
+
+    def say(line: str) -> None:
+        if progress is not None:
+            progress(f"{line} (work {work.spent:,} of {work.budget:,})")
+
+    result = decide(buffers, min(capacity, INT64_END - 1), alignment, work, progress=say)
     return SearchResult(result.offsets, result.proven_infeasible, work.spent, work.cut_short)
 
 
@@ -425,6 +432,7 @@ def decide(
     work: Work,
     ceiling: int | None = None,
     problem: _Problem | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> SearchResult:
     """`search_offsets` on a shared `Work`, spending at most up to `ceiling`; `problem`
     (built for the same buffers and alignment) saves rebuilding the section tables."""
@@ -442,7 +450,7 @@ def decide(
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 4 * len(buffers) + 1000))
     try:
-        return _round_robin(problem, work, ceiling)
+        return _round_robin(problem, work, ceiling, progress)
     finally:
         sys.setrecursionlimit(limit)
 
@@ -462,13 +470,20 @@ def _problem(
     return problem
 
 
-def _round_robin(problem: _Problem, work: Work, ceiling: int | None) -> SearchResult:
+def _round_robin(
+    problem: _Problem,
+    work: Work,
+    ceiling: int | None,
+    progress: Callable[[str], None] | None,
+) -> SearchResult:
     node_limit = len(problem.buffers)
     while True:
         node_limit *= 2
         for heuristic in HEURISTICS:
             if not work.afford(problem.reset_units, ceiling):
                 return SearchResult(None, False)
+            if progress is not None:
+                progress(f"exact search: {heuristic} preorder, up to {node_limit:,} nodes")
             work.charge(problem.reset_units)
             problem.reset()
             problem.nodes_left = node_limit
