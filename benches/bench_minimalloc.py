@@ -1,10 +1,13 @@
 """Every offset algorithm on the MiniMalloc benchmark instances (../shared/bench).
 
 Prints per instance and algorithm: arena, arena / lower bound, whether it fits the
-capacity in the file name, and the time; then min / median / max ratios per algorithm.
-`best` gets --budget seconds per instance (its exact search stops there).
+capacity in the file name, the time, and the work units spent; then min / median / max
+ratios per algorithm. `best` gets --budget work units per instance (about a microsecond
+each on the 2-core reference machine; `--budget default` for its default budget), and
+optionally a wall-clock cap (--time-limit, seconds). Without a time limit the arenas are
+the same on every run and machine; only the seconds vary.
 
-    python benches/bench_minimalloc.py [--budget 60] [--only A,B]
+    python benches/bench_minimalloc.py [--budget 60000000] [--time-limit S] [--only A,B]
 """
 
 from __future__ import annotations
@@ -21,18 +24,24 @@ from tensorgraph.planner.verify import verify_assignment
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "bench" / "minimalloc"
 
 
+def budget(text: str) -> int | None:
+    return None if text == "default" else int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--budget", type=float, default=60.0)
+    parser.add_argument("--budget", type=budget, default=60_000_000, help="units or 'default'")
+    parser.add_argument("--time-limit", type=float, default=None)
     parser.add_argument("--only", default="")
     args = parser.parse_args()
     files = sorted(ROOT.glob("*/*.csv"))
     if args.only:
         files = [f for f in files if f.name.split(".")[0] in args.only.split(",")]
     ratios: dict[str, list[float]] = {name: [] for name in ALGORITHMS}
+    seconds_of: dict[str, list[float]] = {name: [] for name in ALGORITHMS}
     print(
         f"{'instance':<16} {'algorithm':<15} {'arena':>10} {'arena/LB':>9} {'fits':>5} "
-        f"{'seconds':>8}"
+        f"{'seconds':>8} {'work':>11}"
     )
     for path in files:
         buffers = read_minimalloc_csv(path)
@@ -40,21 +49,27 @@ def main() -> None:
         bound = lower_bound(buffers)
         for name in ALGORITHMS:
             began = time.perf_counter()
-            plan = assign_offsets(buffers, name, 1, args.budget if name == "best" else None)
+            if name == "best":
+                plan = assign_offsets(buffers, name, 1, args.budget, time_limit=args.time_limit)
+            else:
+                plan = assign_offsets(buffers, name, 1)
             seconds = time.perf_counter() - began
             verify_assignment(buffers, plan)
             ratio = plan.arena_size / bound
             ratios[name].append(ratio)
+            seconds_of[name].append(seconds)
             fits = "yes" if plan.arena_size <= capacity else "no"
+            cut = " (cut short)" if plan.cut_short else ""
             print(
                 f"{path.name:<16} {name:<15} {plan.arena_size:>10} {ratio:>9.4f} {fits:>5} "
-                f"{seconds:>8.2f}",
+                f"{seconds:>8.2f} {plan.work:>11,}{cut}",
                 flush=True,
             )
-    print("\nratio to the lower bound over all instances (min / median / max):")
+    print("\nratio to the lower bound over all instances (min / median / max), total seconds:")
     for name, values in ratios.items():
         print(
-            f"  {name:<15} {min(values):.4f} / {statistics.median(values):.4f} / {max(values):.4f}"
+            f"  {name:<15} {min(values):.4f} / {statistics.median(values):.4f} / "
+            f"{max(values):.4f}  {sum(seconds_of[name]):8.1f} s"
         )
 
 

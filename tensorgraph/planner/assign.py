@@ -5,36 +5,60 @@ the lowest aligned offset where the new buffer shares no byte with any already p
 buffer whose lifetime overlaps its own. Why live buffers never overlap: a placed buffer
 never moves, and the gap test sees every placed buffer that conflicts in time with the
 new one (the interval index returns exactly those), so each conflicting pair is
-checked once, when its second buffer is placed. Zero-size buffers own no byte: they
-sit at offset 0 and are never indexed.
+checked once, when its second buffer is placed. Zero-size buffers own no byte:
+`assign_offsets` plans them apart, at offset 0, so they never change the arena or any
+decision about the others.
 
 - `naive`: no reuse, buffers stacked in input order (arena = sum of aligned sizes,
   less the padding after the last one);
 - `greedy_size`: largest first, ties to the longer lifetime, then the earlier start,
   then id order (TensorFlow Lite / ExecuTorch's greedy);
 - `greedy_breadth`: by birth step, largest first within a step;
-- `best`: the three above, more orderings while time remains, an improvement search
-  that moves the buffers touching the arena top earlier in the order, then, above the
-  lower bound, the exact search of `planner.search`; never worse than the three, and it
-  stops as soon as a plan reaches the lower bound.
+- `best`: the three above, more orderings while its work budget lasts, an improvement
+  search that moves the buffers touching the arena top earlier in the order, then, above
+  the lower bound, the exact search of `planner.search`; never worse than the three, and
+  it stops as soon as a plan reaches the lower bound.
+
+`best` is deterministic: its budget counts work units (`planner.search.Work`: a buffer
+placed in a placement pass costs PLACE_UNITS plus a unit per NEAR neighbours its gap
+search scans; the exact search charges per node), never seconds, and its random
+restarts are seeded. The same buffers, alignment and budget give byte-identical offsets
+on any machine and under any load. Only an explicit `time_limit` reads the clock, and
+a plan it cut short says so.
+
+Overflow: every offset and arena size stays below 2**63. When the sum of all aligned
+sizes is below 2**63 no computation here can exceed it (a buffer placed at the lowest
+fit ends at most at the aligned sizes of the buffers placed so far); otherwise the gap
+search runs on Python ints and a buffer that would end at 2**63 or beyond is a
+PlanError naming it.
 """
 
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 from attrs import frozen
 
 from tensorgraph.errors import PlanError
-from tensorgraph.planner.buffers import Assignment, Buffer, align_up, lower_bound
+from tensorgraph.planner.buffers import (
+    INT64_END,
+    Assignment,
+    Buffer,
+    align_up,
+    lower_bound,
+    peak,
+)
 from tensorgraph.planner.interval_index import IntervalIndex, Lifetimes
+from tensorgraph.planner.search import Work, check_limits, default_budget, minimize
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
-IMPROVE_SHARE = 0.1  # of best's remaining budget for reordering; exact search gets the rest
+IMPROVE_SHARE = 10  # reordering gets 1/IMPROVE_SHARE of the work left; exact search the rest
+# Work units (about a microsecond each on the reference machine, see planner.search):
+PLACE_UNITS = 8  # per buffer a placement pass places (interval index query, bookkeeping)
+NEAR = 2  # plus one per NEAR placed neighbours its gap search sorts and scans
 
 
 def place_in_order(
@@ -45,21 +69,51 @@ def place_in_order(
 ) -> Assignment:
     """Place `buffers[i]` for i in `order` (a permutation of positions), each at the lowest
     multiple of `alignment` where it overlaps no placed buffer it conflicts with in time.
-    `lifetimes` (`Lifetimes.of(buffers)`) may be passed to share it between calls."""
+    `lifetimes` (`Lifetimes.of(buffers)`) may be passed to share it between calls. The
+    result's `work` is the pass's cost in work units (see the module docstring).
+    PlanError naming the buffer that would end at byte 2**63 or beyond."""
+    plan = _place(buffers, order, alignment, lifetimes, None)
+    assert plan is not None  # only an allowance stops a pass
+    return plan
+
+
+def _place(
+    buffers: Sequence[Buffer],
+    order: Sequence[int],
+    alignment: int,
+    lifetimes: Lifetimes | None,
+    allowance: int | None,
+) -> Assignment | None:
+    """`place_in_order`, abandoned (None) as soon as its cost would exceed `allowance`."""
     index = IntervalIndex(Lifetimes.of(buffers) if lifetimes is None else lifetimes)
     spans = _Spans([0] * len(buffers), [0] * len(buffers), np.zeros((2, len(buffers)), np.int64))
-    top = 0
+    wide = sum(b.size for b in buffers) + len(buffers) * (alignment - 1) >= INT64_END
+    top = placed = scanned = 0
     for i in order:
         size = buffers[i].size
         if not size:
             continue
         near = index.overlapping(i)
-        offset = _lowest_fit(near, spans, size, alignment) if len(near) else 0
+        placed, scanned = placed + 1, scanned + len(near)
+        if allowance is not None and placed * PLACE_UNITS + scanned // NEAR > allowance:
+            return None
+        if not len(near):
+            offset = 0
+        elif wide:  # int64 arrays could wrap: Python ints only
+            offset = _scan_fit(list(near), spans, size, alignment)
+        else:
+            offset = _lowest_fit(near, spans, size, alignment)
+        if offset + size >= INT64_END:
+            raise PlanError(
+                f"buffer {buffers[i].id!r} ({size} bytes) would end at byte {offset + size}, "
+                "beyond 2**63: the arena cannot be represented"
+            )
         spans.low[i], spans.high[i] = offset, offset + size
         spans.arrays[:, i] = offset, offset + size
         top = max(top, offset + size)
         index.add(i)
-    return Assignment({b.id: spans.low[i] for i, b in enumerate(buffers)}, top)
+    offsets = {b.id: spans.low[i] for i, b in enumerate(buffers)}
+    return Assignment(offsets, top, work=placed * PLACE_UNITS + scanned // NEAR)
 
 
 @frozen
@@ -78,14 +132,7 @@ def _lowest_fit(near: list[int] | np.ndarray, spans: _Spans, size: int, step: in
     seen so far, and the first candidate that ends before the next span's low end fits;
     no lower aligned offset does, since each one below it meets a span already seen."""
     if isinstance(near, list) and len(near) <= NUMPY_GAP_SEARCH:
-        low, high = spans.low, spans.high
-        candidate = 0
-        for start, end in sorted([(low[j], high[j]) for j in near]):
-            if start >= candidate + size:
-                break
-            if end > candidate:
-                candidate = -(-end // step) * step
-        return candidate
+        return _scan_fit(near, spans, size, step)
     lows, highs = spans.arrays[:, near]
     by_low = np.argsort(lows, kind="stable")
     lows, highs = lows[by_low], highs[by_low]
@@ -93,6 +140,18 @@ def _lowest_fit(near: list[int] | np.ndarray, spans: _Spans, size: int, step: in
     candidates = np.concatenate([[0], reached])
     next_lows = np.concatenate([lows, [np.iinfo(np.int64).max]])
     return int(candidates[np.argmax(next_lows >= candidates + size)])
+
+
+def _scan_fit(near: list[int], spans: _Spans, size: int, step: int) -> int:
+    """`_lowest_fit` by a Python scan (exact for any int)."""
+    low, high = spans.low, spans.high
+    candidate = 0
+    for start, end in sorted([(low[j], high[j]) for j in near]):
+        if start >= candidate + size:
+            break
+        if end > candidate:
+            candidate = -(-end // step) * step
+    return candidate
 
 
 @frozen(eq=False)
@@ -143,8 +202,9 @@ def by_breadth(c: Columns) -> list[int]:
 
 
 def by_area(c: Columns) -> list[int]:
-    """Largest size * duration first (bytes held longest)."""
-    return _sorted(-c.size * c.duration, -c.size, c.rank)
+    """Largest size * duration first (bytes held longest). The product is a float64: an
+    int64 one could wrap (sizes and steps may each approach 2**63)."""
+    return _sorted(-c.size.astype(np.float64) * c.duration, -c.size, c.rank)
 
 
 def by_duration(c: Columns) -> list[int]:
@@ -193,15 +253,22 @@ MORE_ORDERS: tuple[Callable[[Columns], list[int]], ...] = (
 
 
 def naive(buffers: Sequence[Buffer], alignment: int) -> Assignment:
-    """No reuse: each buffer with bytes right after the previous one (aligned)."""
+    """No reuse: each buffer with bytes right after the previous one (aligned); empty
+    buffers at 0, so they never raise `arena_size`. PlanError naming the first buffer
+    that would end at byte 2**63 or beyond. Costs a work unit per buffer."""
     offsets: dict[Hashable, int] = {}
     cursor = top = 0
     for b in buffers:
         offsets[b.id] = cursor if b.size else 0
         if b.size:
             top = cursor + b.size
+            if top >= INT64_END:
+                raise PlanError(
+                    f"buffer {b.id!r} ({b.size} bytes) would end at byte {top} with no "
+                    "reuse, beyond 2**63: the arena cannot be represented"
+                )
             cursor = align_up(top, alignment)
-    return Assignment(offsets, top)
+    return Assignment(offsets, top, work=len(buffers))
 
 
 def greedy_size(buffers: Sequence[Buffer], alignment: int) -> Assignment:
@@ -225,46 +292,80 @@ def arena_bound(buffers: Sequence[Buffer], alignment: int) -> int:
     return max(lower_bound(buffers, 1), lower_bound(buffers, alignment) - alignment + 1)
 
 
-def default_budget(count: int) -> float:
-    """Seconds `best` may spend by default beyond its baselines (it stops at once when it
-    reaches the bound): 0.1 s plus 40 us a buffer, at most 0.5 s."""
-    return min(0.5, 0.1 + count * 4e-5)
-
-
-def best(buffers: Sequence[Buffer], alignment: int, time_budget: float | None = None) -> Assignment:
-    """The smallest plan found within `time_budget` seconds (see the module docstring).
+def best(
+    buffers: Sequence[Buffer],
+    alignment: int,
+    budget: int | None = None,
+    time_limit: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Assignment:
+    """The smallest plan found within `budget` work units (see the module docstring).
 
     Steps: 1. naive, greedy_size and greedy_breadth always run (so `best` is never worse
-    than them, whatever the budget); 2. more orderings while time remains; 3. iterated
-    reordering for a share of the time left; 4. `search.minimize_arena` until the
-    deadline. Any step that reaches the lower bound ends the run."""
-    began = time.perf_counter()
-    deadline = began + (default_budget(len(buffers)) if time_budget is None else time_budget)
+    than them, whatever the budget); 2. more orderings while the budget lasts (a pass
+    starts when the last pass's cost is left, and is dropped if the budget runs out
+    within it); 3. iterated reordering with 1/IMPROVE_SHARE of the work (and, under a
+    time limit, of the time) left; 4. `search.minimize` with the rest. Any step that
+    reaches the lower bound ends the run. `progress` gets a line as each step starts and
+    for each smaller arena found. An order whose placement would pass 2**63 bytes is
+    dropped; PlanError (naming a buffer) only when every one would."""
+    work = Work(default_budget(len(buffers)) if budget is None else budget, time_limit)
     bound = arena_bound(buffers, alignment)
-    stacked = naive(buffers, alignment)
-    if stacked.arena_size <= bound:
-        return stacked
-    lifetimes, columns = Lifetimes.of(buffers), Columns.of(buffers)
-    ordered: Assignment | None = None
-    for make in BASELINES + MORE_ORDERS:
-        if make not in BASELINES and time.perf_counter() >= deadline:
-            break
-        order = make(columns)
-        plan = place_in_order(buffers, order, alignment, lifetimes)
-        if ordered is None or plan.arena_size < ordered.arena_size:
-            ordered, best_order = plan, order
-            if plan.arena_size <= bound:
-                return plan
-    now = time.perf_counter()
-    if now < deadline:
-        share = now + IMPROVE_SHARE * (deadline - now)
-        ordered = _improve(buffers, best_order, ordered, alignment, bound, lifetimes, share)
-    incumbent = ordered if ordered.arena_size <= stacked.arena_size else stacked
-    if incumbent.arena_size > bound and time.perf_counter() < deadline:
-        from tensorgraph.planner.search import minimize_arena
 
-        incumbent = minimize_arena(buffers, alignment, incumbent, deadline)
-    return incumbent
+    def say(line: str) -> None:
+        if progress is not None:
+            progress(f"{line} (work {work.spent:,} of {work.budget:,})")
+
+    def done(plan: Assignment) -> Assignment:
+        say(f"best: arena {plan.arena_size:,} B")
+        return Assignment(plan.offsets, plan.arena_size, work.spent, work.cut_short)
+
+    say(f"best: {len(buffers)} buffers, bound {bound:,} B")
+    overflow: PlanError | None = None
+    try:
+        incumbent: Assignment | None = naive(buffers, alignment)
+    except PlanError as err:  # no reuse passes 2**63 bytes; some order may not
+        incumbent, overflow = None, err
+    work.charge(len(buffers))
+    if incumbent is not None and incumbent.arena_size <= bound:
+        return done(incumbent)
+    lifetimes, columns = Lifetimes.of(buffers), Columns.of(buffers)
+    best_order: list[int] | None = None
+    cost = 0  # of the last placement pass: what the next one is expected to cost
+    for make in BASELINES + MORE_ORDERS:
+        if make not in BASELINES and not work.afford(cost):
+            break  # the last pass's cost is the estimate of the next
+        order = make(columns)
+        baseline = make in BASELINES
+        try:
+            plan = _place(buffers, order, alignment, lifetimes, None if baseline else work.left())
+        except PlanError as err:
+            overflow, cost = err, PLACE_UNITS * len(buffers)
+            work.charge(cost if baseline else min(cost, work.left()))
+            continue
+        if plan is None:  # the budget ran out within the pass
+            work.charge(work.left())
+            break
+        cost = plan.work
+        work.charge(cost)
+        if incumbent is None or plan.arena_size < incumbent.arena_size:
+            incumbent, best_order = plan, order
+            say(f"order {make.__name__}: arena {plan.arena_size:,} B")
+            if plan.arena_size <= bound:
+                return done(plan)
+    if incumbent is None:
+        raise overflow
+    ceiling = work.share(1, IMPROVE_SHARE)
+    if best_order is not None and work.afford(cost, ceiling):
+        say("reordering the buffers at the arena top")
+        incumbent = _improve(
+            buffers, best_order, incumbent, alignment, bound, lifetimes, work, ceiling, say
+        )
+        work.end_share()
+    if incumbent.arena_size > bound and work.afford(1):
+        say("exact search")
+        incumbent = minimize(buffers, alignment, incumbent, work, say)
+    return done(incumbent)
 
 
 def _improve(
@@ -274,27 +375,39 @@ def _improve(
     alignment: int,
     bound: int,
     lifetimes: Lifetimes,
-    deadline: float,
+    work: Work,
+    ceiling: int,
+    say: Callable[[str], None],
 ) -> Assignment:
     """Iterated reordering with restarts. The buffers that end at the arena top move to the
     front of the order, so they are placed before the buffers that pushed them up; after
     `STALL` rounds without a better plan the best order so far is perturbed (a few
     buffers moved to random places, seeded: runs are reproducible) and the reordering
-    continues from there. Returns the best plan seen (`incumbent` if none is better)."""
+    continues from there. A round is charged its placement pass plus a unit per NEAR
+    buffers for finding the culprits; rounds run while the last round's cost fits under
+    `ceiling`. Returns the best plan seen (`incumbent` if none is better)."""
     rng = random.Random(0)
-    current, stall = list(order), 0
-    while time.perf_counter() < deadline and incumbent.arena_size > bound:
-        placed = place_in_order(buffers, current, alignment, lifetimes)
+    current, stall, cost = list(order), 0, incumbent.work
+    while incumbent.arena_size > bound and work.afford(cost, ceiling):
+        try:
+            placed = _place(buffers, current, alignment, lifetimes, work.left(ceiling))
+        except PlanError:  # this order passes 2**63 bytes: restart from the best one
+            work.charge(min(cost, work.left(ceiling)))
+            current, stall = _perturbed(order, rng), 0
+            continue
+        if placed is None:  # the share ran out within the pass
+            work.charge(work.left(ceiling))
+            break
+        cost = min(placed.work + len(buffers) // NEAR, work.left(ceiling))
+        work.charge(cost)
         top = placed.arena_size
         if top < incumbent.arena_size:
             incumbent, order, stall = placed, list(current), 0
+            say(f"reordering: arena {top:,} B")
         else:
             stall += 1
         if stall >= STALL:
-            current, stall = list(order), 0
-            for _ in range(1 + len(current) // 50):
-                item = current.pop(rng.randrange(len(current)))
-                current.insert(rng.randrange(len(current) + 1), item)
+            current, stall = _perturbed(order, rng), 0
             continue
         culprits = [
             i for i, b in enumerate(buffers) if b.size and placed.offsets[b.id] + b.size == top
@@ -302,6 +415,15 @@ def _improve(
         chosen = set(culprits)
         current = culprits + [i for i in current if i not in chosen]
     return incumbent
+
+
+def _perturbed(order: list[int], rng: random.Random) -> list[int]:
+    """`order` with 1 + len/50 items moved to random places."""
+    current = list(order)
+    for _ in range(1 + len(current) // 50):
+        item = current.pop(rng.randrange(len(current)))
+        current.insert(rng.randrange(len(current) + 1), item)
+    return current
 
 
 ALGORITHMS: dict[str, Callable[..., Assignment]] = {
@@ -316,25 +438,65 @@ def assign_offsets(
     buffers: Sequence[Buffer],
     algorithm: str = "best",
     alignment: int = 1,
-    time_budget: float | None = None,
+    budget: int | None = None,
+    *,
+    time_limit: float | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Assignment:
     """Offsets for `buffers` by `algorithm` (a name in ALGORITHMS), each a multiple of
-    `alignment` bytes (zero-size buffers at 0); `arena_size` is the highest
-    `offset + size` (0 without buffers), not rounded up. `time_budget` (seconds, None for
-    `default_budget`) bounds `best` beyond its three baselines and is ignored by the
-    others. PlanError on an unknown algorithm, a bad alignment or budget, or duplicate ids."""
+    `alignment` bytes (zero-size buffers at 0: they never raise `arena_size`);
+    `arena_size` is the highest `offset + size` (0 without buffers), not rounded up.
+
+    `budget` (work units, see `planner.search.Work`; None for `default_budget` of the
+    count of non-empty buffers) bounds `best`; its three baselines always run.
+    `time_limit` (seconds, None for none) caps `best` by the clock, and the result's
+    `cut_short` says whether it did; `progress` receives `best`'s progress lines. The
+    other algorithms ignore all three. Without a time limit the result depends only on
+    the arguments. `work` in the result: units spent, baselines included, so
+    `work <= max(budget, the baselines' work)`.
+
+    PlanError on an unknown algorithm, a bad alignment, budget or time limit, duplicate
+    ids, or lifetimes whose busiest step holds 2**63 bytes or more (no arena can be
+    represented in int64; the message names the step and its largest buffer)."""
     if algorithm not in ALGORITHMS:
         raise PlanError(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
-    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1:
-        raise PlanError(f"alignment must be a positive integer but got {alignment!r}")
-    if time_budget is not None and not time_budget >= 0:
-        raise PlanError(f"time_budget must be None or >= 0 seconds but got {time_budget!r}")
+    if (
+        not isinstance(alignment, int)
+        or isinstance(alignment, bool)
+        or not 1 <= alignment < INT64_END
+    ):
+        raise PlanError(f"alignment must be a positive integer below 2**63 but got {alignment!r}")
+    check_limits(budget, time_limit)
     buffers = list(buffers)
     seen: set[Hashable] = set()
     for b in buffers:
+        if not isinstance(b, Buffer):
+            raise PlanError(f"assign_offsets expects Buffer objects but got {b!r}")
         if b.id in seen:
             raise PlanError(f"buffer ids must be unique, but {b.id!r} appears more than once")
         seen.add(b.id)
+    _check_representable(buffers)
+    # Empty buffers own no byte: they are planned apart, at offset 0, so they change
+    # neither the arena nor any decision about the others (orders, bounds, budgets).
+    full = [b for b in buffers if b.size]
     if algorithm == "best":
-        return best(buffers, alignment, time_budget)
-    return ALGORITHMS[algorithm](buffers, alignment)
+        plan = best(full, alignment, budget, time_limit, progress)
+    else:
+        plan = ALGORITHMS[algorithm](full, alignment)
+    offsets = {b.id: plan.offsets[b.id] if b.size else 0 for b in buffers}
+    return Assignment(offsets, plan.arena_size, plan.work, plan.cut_short)
+
+
+def _check_representable(buffers: Sequence[Buffer]) -> None:
+    """PlanError when the bytes live at one step reach 2**63 (no arena below 2**63 can
+    hold them). Skipped, as it cannot happen, when all sizes sum below 2**63."""
+    if sum(b.size for b in buffers) < INT64_END:
+        return
+    most, step = peak(buffers)
+    if most >= INT64_END:
+        live = [b for b in buffers if b.start <= step < b.end]
+        largest = max(live, key=lambda b: b.size)
+        raise PlanError(
+            f"{most} bytes are live at step {step} (largest: buffer {largest.id!r} of "
+            f"{largest.size} bytes): an arena of 2**63 bytes or more cannot be represented"
+        )

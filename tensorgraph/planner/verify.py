@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from numbers import Integral
 
 from tensorgraph.errors import PlanError
-from tensorgraph.planner.buffers import Assignment, Buffer
+from tensorgraph.planner.buffers import INT64_END, Assignment, Buffer
 
 
 def _show(b: Buffer, offset: int) -> str:
@@ -22,13 +23,20 @@ def _show(b: Buffer, offset: int) -> str:
 def verify_assignment(
     buffers: Sequence[Buffer], assignment: Assignment, alignment: int = 1
 ) -> None:
-    """Raise PlanError naming the culprit(s) if any buffer lacks an offset, is misaligned,
-    lies outside `[0, arena_size)`, or shares a byte with a buffer live at the same time."""
-    offsets = assignment.offsets
+    """Raise PlanError naming the culprit(s) if `arena_size` is not an int in `[0, 2**63)`,
+    or any buffer lacks an offset, has one that is not an int, is misaligned, lies
+    outside `[0, arena_size]` (an empty buffer may sit at `arena_size` itself: it owns no
+    byte), or shares a byte with a buffer live at the same time."""
+    offsets, arena = assignment.offsets, assignment.arena_size
+    if not isinstance(arena, int) or isinstance(arena, bool) or not 0 <= arena < INT64_END:
+        raise PlanError(f"arena size must be an int in [0, 2**63) but got {arena!r}")
     for b in buffers:
         if b.id not in offsets:
             raise PlanError(f"buffer {b.id!r} has no offset")
         offset = offsets[b.id]
+        if not isinstance(offset, Integral) or isinstance(offset, bool):
+            raise PlanError(f"buffer {b.id!r}: offset must be an int but got {offset!r}")
+        offset = int(offset)  # a numpy integer would wrap in the sums below
         if offset % alignment:
             raise PlanError(f"{_show(b, offset)} is not aligned to {alignment} bytes")
         if offset < 0 or offset + b.size > assignment.arena_size:
@@ -42,7 +50,7 @@ def verify_assignment(
     live: list[tuple[int, int]] = []  # (offset, k) sorted
     for _, kind, k in events:
         b = buffers[k]
-        key = (offsets[b.id], k)
+        key = (int(offsets[b.id]), k)
         if kind == 0:
             live.pop(bisect.bisect_left(live, key))
             continue
