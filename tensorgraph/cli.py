@@ -357,6 +357,7 @@ def _work_units(text: str) -> int:
 
 
 def _power_of_two(text: str) -> int:
+    """An alignment: a power of two (1, 2, 4, ... bytes)."""
     try:
         value = int(text)
     except ValueError:
@@ -416,17 +417,6 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expects a positive int but got {text!r}")
-    return value
-
-
-def _power_of_two(text: str) -> int:
-    """An alignment: a power of two (1, 2, 4, ... bytes)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1 or value & (value - 1):
-        raise argparse.ArgumentTypeError(f"expects a power of two (1, 2, 4, ...) but got {text!r}")
     return value
 
 
