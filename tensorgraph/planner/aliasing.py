@@ -41,7 +41,7 @@ from attrs import field, frozen
 
 from tensorgraph.errors import GraphError
 from tensorgraph.ir.graph import Graph
-from tensorgraph.ir.node import Node, describe
+from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS, view_offset
 
 ANALYSES = ("view_alias", "reinplace")
@@ -203,12 +203,3 @@ def _hazard(
         if not same_mapping(node, graph.node(i), where.offset):
             return True
     return False
-
-
-def explain(graph: Graph, aliasing: Aliasing, node_id: int) -> str:
-    """One line saying where `node_id`'s bytes live (for reports and errors)."""
-    alias = aliasing.of(node_id)
-    node = graph.node(node_id)
-    if alias is None:
-        return f"{describe(node)}: own buffer"
-    return f"{describe(node)}: {alias.kind} of %{alias.source} at +{alias.offset} B"
