@@ -28,7 +28,7 @@ from tensorgraph.ir.verify import verify
 from tensorgraph.planner.aliasing import ANALYSES, Aliasing, analyze_aliasing
 from tensorgraph.planner.plan import MemoryPlan
 
-DEFAULT_PASSES = ("dce", "cse", "fold", "view_alias", "reinplace")
+DEFAULT_PASSES = ("dce", "cse", "fold", "view_alias", "copy_elim", "reinplace")
 BACKENDS = ("mlx", "numpy", "arena")
 
 
@@ -212,6 +212,7 @@ def _analysis_stats(
     ).peak(order)
     kinds = {
         "view_alias": ("view", "aliased", "view_bytes"),
+        "copy_elim": ("concat", "placed", "copy_bytes_eliminated"),
         "reinplace": ("inplace", "reinplaced", "bytes_reused"),
     }
     ran: list[str] = []
@@ -249,7 +250,7 @@ def compile(
     """Compile `graph` into a `Program` (see the module docstring for the pipeline).
 
     `passes` names the rewrites (dce, cse, fold) and alias analyses (view_alias,
-    reinplace) to run, in any order (the compiler fixes theirs; repeats are ignored).
+    copy_elim, reinplace) to run, in any order (the compiler fixes theirs; repeats are ignored).
     `planner` is the offset algorithm; `alignment` (bytes) applies to every buffer
     offset and to every size the statistics and the report show. `schedule` picks the
     order ("program", "greedy", "subtree", or "best", never worse than "program").

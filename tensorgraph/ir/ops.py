@@ -126,13 +126,14 @@ def view_offset(
     """Byte offset into its input's storage when this op is a pure view, else None.
 
     Views: `reshape` (storage is contiguous, so always), `cast` to the same dtype, and
-    `narrow` along axis 0 (start * inner elements * itemsize). Nothing else."""
+    `narrow` along an axis whose preceding axes all have extent 1, so the narrowed
+    elements are one contiguous run (start * inner elements * itemsize). Nothing else."""
     if op == "reshape":
         return 0
     if op == "cast":
         return 0 if dtype == source_dtype else None
-    if op == "narrow" and attrs["axis"] == 0:
-        return attrs["start"] * numel(source_shape[1:]) * dtype.itemsize
+    if op == "narrow" and numel(source_shape[: attrs["axis"]]) == 1:
+        return attrs["start"] * numel(source_shape[attrs["axis"] + 1 :]) * dtype.itemsize
     return None
 
 

@@ -2,13 +2,17 @@
 
 The graph carries no memory decision. For a graph and an order, `analyze_aliasing`
 computes an `Aliasing`: for every node that owns no bytes of its own, an `Alias` naming
-the node whose bytes hold its value and the byte offset inside them. Two analyses exist
-(`ANALYSES`); the compiler runs the ones the user's pass list names, always after
-scheduling, so no pass order and no earlier compile can make an unsafe decision:
+the node whose bytes hold its value and the byte offset inside them. Three analyses
+exist (`ANALYSES`, run in that order); the compiler runs the ones the user's pass list
+names, always after scheduling, so no pass order and no earlier compile can make an
+unsafe decision:
 
-- `view_alias`: a reshape, a same-dtype cast and an axis-0 narrow (whatever
-  `ops.view_offset` accepts) read their input's bytes at a byte offset and write none.
-  Safe in any order: a view never writes, and its reads extend its root's lifetime.
+- `view_alias`: a reshape, a same-dtype cast and a narrow along an axis whose preceding
+  axes have extent 1 (whatever `ops.view_offset` accepts) read their input's bytes at
+  a byte offset and write none. Safe in any order: a view never writes, and its reads
+  extend its root's lifetime.
+- `copy_elim`: a concat's operands are written in place into its bytes
+  (`planner.copy_elim`; alias kind "concat", pointing forward to the concat).
 - `reinplace`: an elementwise op, or `slice_update` over its target (operand 0), writes
   its output over operand k when, for this order, by the one liveness analysis:
   1. the operand's storage root is read by nothing after this step, through any view
@@ -43,14 +47,18 @@ from tensorgraph.errors import GraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS, view_offset
+from tensorgraph.planner.copy_elim import place_concats
 
-ANALYSES = ("view_alias", "reinplace")
-KINDS = ("view", "inplace")
+ANALYSES = ("view_alias", "copy_elim", "reinplace")
+KINDS = ("view", "inplace", "concat")
 
 
 @frozen
 class Alias:
-    """A node's value lives in `source`'s bytes at byte `offset` (`kind` in KINDS)."""
+    """A node's value lives in `source`'s bytes at byte `offset` (`kind` in KINDS).
+
+    "view" and "inplace" point back to an operand; "concat" points forward, from a
+    storage root to a later concat that holds the root's bytes."""
 
     source: int
     offset: int
@@ -157,16 +165,34 @@ def analyze_aliasing(
             view = view_of(graph, graph.node(node_id))
             if view is not None:
                 aliases[node_id] = view
+    views = dict(aliases)
+    if "copy_elim" in names:
+        aliases.update(place_concats(graph, order, analyze(graph, order, Aliasing(views))))
     if "reinplace" in names:
-        views = Aliasing(dict(aliases), names)
-        aliases.update(_reinplace(graph, order, analyze(graph, order, views)))
+        pre = analyze(graph, order, Aliasing(dict(aliases), names))
+        _reinplace(graph, order, pre, aliases)
+        if len(aliases) > len(views) and any(a.kind == "concat" for a in aliases.values()):
+            # Placements can cost in-place writes (a placed value lives as long as its
+            # concat): keep them only when the whole aliasing peaks no higher.
+            plain = dict(views)
+            _reinplace(graph, order, analyze(graph, order, Aliasing(views)), plain)
+            if _peak(graph, order, plain) < _peak(graph, order, aliases):
+                aliases = plain
     return Aliasing(aliases, names)
 
 
-def _reinplace(graph: Graph, order: Sequence[int], pre: object) -> dict[int, Alias]:
-    """In-place decisions by rules 1-4, from `pre`, the liveness with views only."""
+def _peak(graph: Graph, order: Sequence[int], aliases: dict[int, Alias]) -> int:
+    from tensorgraph.planner.liveness import analyze
+
+    return max(analyze(graph, order, Aliasing(aliases)).live_bytes(), default=0)
+
+
+def _reinplace(graph: Graph, order: Sequence[int], pre: object, aliases: dict[int, Alias]) -> None:
+    """In-place decisions by rules 1-4, from `pre`, the liveness with views and concat
+    placements, added to `aliases`. A writer placed into a concat joins its operand's
+    class, so the placement moves to that class's root (which `pre` shows unplaced:
+    its last read is this step, so no later concat reads it)."""
     root_of: dict[int, int] = {}  # a root of `pre` -> the root its class ends in
-    decided: dict[int, Alias] = {}
     for step, node_id in enumerate(order):
         node = graph.node(node_id)
         if not node.nbytes:
@@ -184,10 +210,14 @@ def _reinplace(graph: Graph, order: Sequence[int], pre: object) -> dict[int, Ali
                 continue
             if _hazard(graph, node, k, final, pre, root_of):
                 continue
-            decided[node.id] = Alias(operand.id, 0, "inplace")
+            placement = aliases.get(node.id)
+            if placement is not None:  # node is a placed root: its class root takes over
+                if final in aliases:
+                    continue
+                aliases[final] = placement
+            aliases[node.id] = Alias(operand.id, 0, "inplace")
             root_of[node.id] = final
             break
-    return decided
 
 
 def _hazard(

@@ -12,7 +12,9 @@ trusts neither the offset algorithm nor the alias analysis:
    a view the node it views, transitively). No other write may touch those bytes after
    that step while the value is still read; a write at the very step of a read is
    allowed only when the writer reads that operand with the same element mapping
-   (`aliasing.same_mapping`), so the element order of a kernel cannot matter.
+   (`aliasing.same_mapping`), so the element order of a kernel cannot matter. A
+   contiguous concat writes only the slots whose operand is not already in place
+   (`copy_elim.written_ranges`), so values placed into it are never rewritten.
 
 Check 3 is what makes an in-place decision safe: it is derived from the offsets and the
 schedule alone. O(nodes + edges + writes per root * values per root).
@@ -29,6 +31,7 @@ from tensorgraph.ir.node import describe
 from tensorgraph.ir.ops import OPS
 from tensorgraph.planner.aliasing import Aliasing, same_mapping
 from tensorgraph.planner.buffers import Assignment
+from tensorgraph.planner.copy_elim import written_ranges
 from tensorgraph.planner.verify import verify_assignment
 
 
@@ -82,9 +85,8 @@ def _check_versions(graph: Graph, plan: object, aliasing: Aliasing, live: object
             writer[node_id] = writer[alias.source]
             continue
         writer[node_id] = node_id
-        segment, offset = _where(plan, node_id)
-        if node.nbytes:
-            writes[segment].append((written[node_id], offset, offset + node.nbytes, node_id))
+        for segment, low, high in written_ranges(graph, node, lambda i: _where(plan, i)):
+            writes[segment].append((written[node_id], low, high, node_id))
     for segment_writes in writes.values():
         segment_writes.sort()
     starts = {segment: [w[0] for w in ws] for segment, ws in writes.items()}

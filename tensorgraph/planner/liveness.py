@@ -5,11 +5,13 @@ model, the alias analysis (reinplace asks it whether an operand's root dies at a
 the plan and the MLX executor's release points all read it. Step `i` runs node
 `order[i]`. Every node's value lives in a storage root: itself, unless the aliasing
 says it is a view or an in-place write (`Alias(source, offset)`: `source`'s storage,
-plus `offset` bytes). Each root in the arena is one `Buffer(root id, nbytes, start,
-end)` with a half-open lifetime:
+plus `offset` bytes) or places it into a later concat (kind "concat": the root and its
+whole class live inside the concat's bytes at `offset`). Each root in the arena is one
+`Buffer(root id, nbytes, start, end)` with a half-open lifetime:
 
-- born at its own step; inputs, and params/constants planned in the arena, at step 0
-  (they are written before the first step runs);
+- born at the first step writing any of its bytes (its own step, or the step of the
+  first value placed into it); inputs, and params/constants planned in the arena, at
+  step 0 (they are written before the first step runs);
 - alive through the last step that reads it through any alias (a view of a view, an
   in-place successor and its views, an alias's own defining step, where an in-place
   write happens): `end = last_read + 1`, so a value never read and not an output
@@ -24,7 +26,8 @@ Invariants of the result: every node has a `Storage` whose bytes
 `[offset, offset + nbytes)` lie inside its root's; views and in-place nodes own no
 buffer; no alias makes a node write into a param, constant or input; a view alias is
 exactly what `ops.view_offset` gives; an in-place alias names one of the node's
-operands of the output's byte size and dtype. An aliasing that breaks one is a
+operands of the output's byte size and dtype; a placement names a later contiguous
+concat (`copy_elim.concat_slots`) with the bytes inside it. An aliasing that breaks one is a
 PlanError naming the node. O(nodes + edges).
 """
 
@@ -40,6 +43,7 @@ from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import OPS
 from tensorgraph.planner.aliasing import Alias, Aliasing, view_of
 from tensorgraph.planner.buffers import Buffer, align_up
+from tensorgraph.planner.copy_elim import concat_slots
 
 LOADED_ONCE = ("param", "constant")  # boundary values that persist across runs
 NO_ALIASING = Aliasing()
@@ -133,6 +137,62 @@ def _aliased_storage(
     return where
 
 
+def _place(
+    graph: Graph,
+    steps: Sequence[int],
+    step_of: Mapping[int, int],
+    base: Mapping[int, Storage],
+    aliasing: Aliasing,
+) -> dict[int, Storage]:
+    """Every node's storage once concat placements are applied to `base`. A placement
+    points forward, so roots are resolved last step first: a concat placed into a later
+    concat is resolved before the roots placed into it."""
+    final: dict[int, Storage] = {}
+    for node_id in reversed(steps):
+        alias = aliasing.of(node_id)
+        if alias is not None and alias.kind == "concat":
+            final[node_id] = _placement(graph, graph.node(node_id), alias, step_of, final)
+        elif base[node_id].root == node_id:
+            final[node_id] = Storage(node_id, 0)
+    storage = {}
+    for node_id in steps:
+        where = base[node_id]
+        root = final[where.root]
+        storage[node_id] = Storage(root.root, root.offset + where.offset)
+    return storage
+
+
+def _placement(
+    graph: Graph, node: Node, alias: Alias, step_of: Mapping[int, int], final: Mapping
+) -> Storage:
+    """Where a root placed into a later concat lives, after checking the placement."""
+    concat = graph.node(alias.source) if alias.source in step_of else None
+    if (
+        concat is None
+        or concat.op != "concat"
+        or step_of[concat.id] <= step_of[node.id]
+        or concat_slots(graph, concat) is None
+    ):
+        raise PlanError(
+            f"{describe(node)}: placed into %{alias.source}, which is not a later concat "
+            "whose operands are contiguous byte ranges"
+        )
+    if OPS[node.op].boundary:
+        raise PlanError(
+            f"{describe(node)}: placed into {describe(concat)}, but a boundary value's "
+            "bytes are the caller's or loaded once"
+        )
+    if alias.offset < 0 or alias.offset + node.nbytes > concat.nbytes:
+        raise PlanError(
+            f"{describe(node)}: bytes [{alias.offset}, {alias.offset + node.nbytes}) reach "
+            f"past the {concat.nbytes} bytes of {describe(concat)}"
+        )
+    if concat.id not in final:
+        raise PlanError(f"{describe(concat)}: a concat holding other values must own bytes")
+    target = final[concat.id]
+    return Storage(target.root, target.offset + alias.offset)
+
+
 def analyze(
     graph: Graph,
     order: Sequence[int] | None = None,
@@ -156,7 +216,7 @@ def analyze(
         raise GraphError(f"graph {graph.name!r}: an order must list every node id exactly once")
     end = len(steps)
     step_of: dict[int, int] = {}
-    storage: dict[int, Storage] = {}
+    base: dict[int, Storage] = {}  # storage through views and in-place aliases only
     last_use: dict[int, int] = {}
     for step, node_id in enumerate(steps):
         node = graph.node(node_id)
@@ -166,9 +226,12 @@ def analyze(
             last_use[i] = step
         step_of[node_id] = step
         alias = aliasing.of(node_id)
-        storage[node_id] = (
-            Storage(node_id, 0) if alias is None else _aliased_storage(graph, node, alias, storage)
+        base[node_id] = (
+            Storage(node_id, 0)
+            if alias is None or alias.kind == "concat"
+            else _aliased_storage(graph, node, alias, base)
         )
+    storage = _place(graph, steps, step_of, base, aliasing)
     for output in graph.outputs:
         last_use[output] = end
     last_use = {i: last_use.get(i, -1) for i in steps}
@@ -182,6 +245,10 @@ def analyze(
         last_read[root] = max(last_read.get(root, -1), seen)
 
     holds_output = {storage[o].root for o in graph.outputs}
+    first_write: dict[int, int] = {}  # a root -> the first step writing any of its bytes
+    for node_id in steps:
+        root = storage[node_id].root
+        first_write.setdefault(root, step_of[node_id])
     buffers, constants = [], []
     for node_id in steps:
         if storage[node_id].root != node_id:
@@ -190,7 +257,7 @@ def analyze(
         if node.op in LOADED_ONCE and not params_in_arena:
             constants.append(node_id)
             continue
-        born = 0 if OPS[node.op].boundary else step_of[node_id]
+        born = 0 if OPS[node.op].boundary else first_write[node_id]
         dies = end if node.op in LOADED_ONCE else min(last_read[node_id] + 1, end)
         guard = tail_guard if node.op == "input" or node_id in holds_output else 0
         buffers.append(Buffer(node_id, node.nbytes + guard, born, max(dies, born + 1)))

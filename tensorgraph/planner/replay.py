@@ -6,7 +6,10 @@ before the first step; then each step, in order, first checks that every byte ea
 operand is read from holds that operand's value, then writes its own bytes. A view
 writes nothing: its bytes hold the value of the node it views, so a read of a view
 checks for that node. An in-place node writes its id over its operand's bytes after
-reading them. Graph outputs are read once more after the last step.
+reading them. A concat writes its id only over the slots it copies
+(`copy_elim.written_ranges`): a slot whose operand was placed there keeps that
+operand's stamp, and a read of the concat expects exactly that mix. Graph outputs are
+read once more after the last step.
 
 It shares no logic with `check.verify_plan` (no lifetimes, no intervals, only bytes),
 so the two agreeing is evidence that neither is wrong. O(steps * bytes touched):
@@ -22,6 +25,7 @@ from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import describe
 from tensorgraph.ir.ops import OPS
 from tensorgraph.planner.aliasing import Aliasing, same_mapping
+from tensorgraph.planner.copy_elim import written_ranges
 
 
 def replay(graph: Graph, plan: object, aliasing: Aliasing) -> None:
@@ -31,7 +35,8 @@ def replay(graph: Graph, plan: object, aliasing: Aliasing) -> None:
         "arena": np.full(plan.arena_size, -1, np.int64),
         "constants": np.full(plan.constant_size, -1, np.int64),
     }
-    holder: dict[int, int] = {}  # node id -> the node id its bytes are stamped with
+    # node id -> the stamp its bytes must carry: one node id, or one per byte
+    holder: dict[int, int | np.ndarray] = {}
 
     def place(node_id: int) -> tuple[np.ndarray, int, int]:
         if node_id in plan.offsets:
@@ -41,6 +46,10 @@ def replay(graph: Graph, plan: object, aliasing: Aliasing) -> None:
         else:
             raise PlanError(f"{describe(graph.node(node_id))}: the plan gives it no bytes")
         return segment, offset, offset + graph.node(node_id).nbytes
+
+    def locate(node_id: int) -> tuple[str, int]:
+        segment, low, _ = place(node_id)
+        return ("arena" if segment is memory["arena"] else "constants"), low
 
     def read(reader: str, node_id: int) -> None:
         segment, low, high = place(node_id)
@@ -68,22 +77,36 @@ def replay(graph: Graph, plan: object, aliasing: Aliasing) -> None:
             continue
         alias = aliasing.of(node_id)
         if alias is not None and alias.kind == "view":
-            holder[node_id] = holder[alias.source]
+            source = holder[alias.source]
+            holder[node_id] = (
+                source[alias.offset : alias.offset + node.nbytes]
+                if isinstance(source, np.ndarray)
+                else source
+            )
             continue
         for i in node.inputs:
             read(describe(node), i)
         segment, low, high = place(node_id)
+        ranges = [(lo, hi) for _, lo, hi in written_ranges(graph, node, locate)]
         # An operand sharing the written bytes must be read with the same element
         # mapping, or the result would depend on the kernel's element order.
         for i in node.inputs:
             other, o_low, o_high = place(i)
-            overlaps = other is segment and o_low < high and low < o_high
-            if overlaps and not same_mapping(node, graph.node(i), o_low - low):
-                raise PlanError(
-                    f"{describe(node)} writes bytes [{low}, {high}) while reading "
-                    f"{describe(graph.node(i))} from overlapping bytes [{o_low}, {o_high})"
-                )
-        segment[low:high] = node_id
-        holder[node_id] = node_id
+            for w_low, w_high in ranges:
+                overlaps = other is segment and o_low < w_high and w_low < o_high
+                if overlaps and not same_mapping(node, graph.node(i), o_low - w_low):
+                    raise PlanError(
+                        f"{describe(node)} writes bytes [{w_low}, {w_high}) while reading "
+                        f"{describe(graph.node(i))} from overlapping bytes [{o_low}, {o_high})"
+                    )
+        if ranges == [(low, high)] or low == high:
+            segment[low:high] = node_id
+            holder[node_id] = node_id
+            continue
+        stamps = segment[low:high].copy()  # slots placed in advance keep their stamps
+        for w_low, w_high in ranges:
+            stamps[w_low - low : w_high - low] = node_id
+            segment[w_low:w_high] = node_id
+        holder[node_id] = stamps
     for output in graph.outputs:
         read("the caller (graph output)", output)

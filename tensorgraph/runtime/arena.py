@@ -7,7 +7,10 @@ written at their planned offsets (the segment, or the arena when planned there) 
 inputs at theirs, all before the first step. Then, in the plan's order, every
 computing node reads its arguments as ndarrays over the bytes at their planned offsets
 and writes its result over the bytes at its own offset: an in-place node's offset is
-its operand's; a view computes nothing, its bytes are its root's. After each step, the
+its operand's; a view computes nothing, its bytes are its root's. A concat copies only
+the operands not already at their slot (`copy_elim.written_ranges`): an operand placed
+into it was written there by its own producer, so the concat step writes no byte of
+it, and any mistake in that placement reads as garbage. After each step, the
 buffers whose lifetime ended there are poisoned (`POISON`: NaN for floats, an unlikely
 pattern for integers), so a plan that lets a value be read after its bytes were
 released gives wrong numbers too. Outputs are copied out only after the last step.
@@ -36,6 +39,7 @@ from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import OPS
 from tensorgraph.planner.aliasing import Aliasing, same_mapping
+from tensorgraph.planner.copy_elim import written_ranges
 from tensorgraph.runtime.feeds import bind_feeds
 from tensorgraph.runtime.kernels import constant_value, evaluate
 
@@ -72,41 +76,55 @@ class _Memory:
         raw = memory[offset : offset + node.nbytes]
         return raw.view(node.dtype.to_numpy()).reshape(node.shape)
 
-    def write(self, node: Node, value: np.ndarray) -> None:
-        """Store `value` (exactly `node`'s shape and dtype) over `node`'s planned bytes."""
+    def write(
+        self, node: Node, value: np.ndarray, ranges: list[tuple[str, int, int]] | None = None
+    ) -> None:
+        """Store `value` (exactly `node`'s shape and dtype) over `node`'s planned bytes,
+        or over only the byte `ranges` of them given (a concat's copied slots)."""
         expected = node.dtype.to_numpy()
         if value.shape != node.shape or value.dtype != expected:
             raise RunError(
                 f"{describe(node)}: kernel gave {value.dtype} {value.shape}, expected "
                 f"{expected} {node.shape}"
             )
-        self.at(node)[...] = value
+        target = self.at(node)
+        if ranges is None:
+            target[...] = value
+            return
+        raw = target.reshape(-1).view(np.uint8)
+        flat = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+        start = self.plan.offsets[node.id]  # a concat is never a constant
+        for _, low, high in ranges:
+            raw[low - start : high - start] = flat[low - start : high - start]
 
 
-def _check_overlaps(graph: Graph, plan: MemoryPlan, node: Node) -> None:
-    """PlanError when `node` writes bytes that an operand is read from with another
-    element mapping (see the module docstring)."""
-    if node.id not in plan.offsets:
-        return
-    low, high = plan.offsets[node.id], plan.offsets[node.id] + node.nbytes
-    for i in dict.fromkeys(node.inputs):
-        if i not in plan.offsets:
+def _locate(plan: MemoryPlan, node_id: int) -> tuple[str, int]:
+    if node_id in plan.offsets:
+        return "arena", plan.offsets[node_id]
+    return "constants", plan.constant_offsets.get(node_id, -1)
+
+
+def _check_overlaps(
+    graph: Graph, plan: MemoryPlan, node: Node, ranges: list[tuple[str, int, int]]
+) -> None:
+    """PlanError when `node` writes bytes (`ranges`) that an operand is read from with
+    another element mapping (see the module docstring)."""
+    for segment, low, high in ranges:
+        if segment != "arena":
             continue
-        operand = graph.node(i)
-        o_low = plan.offsets[i]
-        overlaps = o_low < high and low < o_low + operand.nbytes
-        if (
-            overlaps
-            and node.nbytes
-            and operand.nbytes
-            and not same_mapping(node, operand, o_low - low)
-        ):
-            raise PlanError(
-                f"{describe(node)} writes arena bytes [{low}, {high}) while reading "
-                f"{describe(operand)} from overlapping bytes "
-                f"[{o_low}, {o_low + operand.nbytes}): the result would depend on the "
-                "kernel's element order"
-            )
+        for i in dict.fromkeys(node.inputs):
+            if i not in plan.offsets:
+                continue
+            operand = graph.node(i)
+            o_low = plan.offsets[i]
+            overlaps = o_low < high and low < o_low + operand.nbytes
+            if overlaps and operand.nbytes and not same_mapping(node, operand, o_low - low):
+                raise PlanError(
+                    f"{describe(node)} writes arena bytes [{low}, {high}) while reading "
+                    f"{describe(operand)} from overlapping bytes "
+                    f"[{o_low}, {o_low + operand.nbytes}): the result would depend on the "
+                    "kernel's element order"
+                )
 
 
 def _poison(graph: Graph, plan: MemoryPlan, memory: _Memory, buffer_id: int) -> None:
@@ -155,9 +173,10 @@ def run_arena(
         alias = aliasing.of(node_id)
         if not OPS[node.op].boundary and (alias is None or alias.kind != "view"):
             memory.at(node)  # bounds first: the clearer message for a misplaced value
-            _check_overlaps(graph, plan, node)
+            ranges = written_ranges(graph, node, lambda i: _locate(plan, i))
+            _check_overlaps(graph, plan, node, ranges)
             args = [memory.at(graph.node(i)) for i in node.inputs]
-            memory.write(node, evaluate(node, args))
+            memory.write(node, evaluate(node, args), ranges if node.op == "concat" else None)
         for buffer_id in released.get(step, ()):
             _poison(graph, plan, memory, buffer_id)
     return [np.array(memory.at(graph.node(o)), copy=True) for o in graph.outputs]

@@ -31,10 +31,10 @@ def test_a_string_is_not_a_pass_list() -> None:
 def test_stats_for_each_stage_and_switching_off() -> None:
     prog = tg.compile(small_graph())
     assert list(prog.stats) == [
-        "dce", "cse", "fold", "schedule", "view_alias", "reinplace", "plan"
+        "dce", "cse", "fold", "schedule", "view_alias", "copy_elim", "reinplace", "plan"
     ]  # fmt: skip
     assert prog.stats["cse"]["merged"] == 1
-    for name in ("dce", "cse", "fold", "view_alias", "reinplace"):
+    for name in ("dce", "cse", "fold", "view_alias", "copy_elim", "reinplace"):
         assert "bytes_saved" in prog.stats[name] and "lower_bound" in prog.stats[name]
     off = tg.compile(small_graph(), passes=("dce", "view_alias"))
     assert [k for k in off.stats if k not in ("schedule", "plan")] == ["dce", "view_alias"]

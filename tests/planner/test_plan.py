@@ -28,7 +28,8 @@ def verified(plan: MemoryPlan) -> None:
 
 def check_offsets(graph: tg.Graph, plan: MemoryPlan, aliasing: Aliasing) -> None:
     """Every node's offset from first principles: a view sits at its input's offset plus
-    `view_offset`, an in-place node at its operand's, any other node at its own buffer's
+    `view_offset`, an in-place node at its operand's, a root placed into a concat at the
+    concat's plus its slot, any other node at its own buffer's
     (arena) or its own slot (constant segment); each node is in exactly one segment."""
     for node in graph.nodes:
         where = plan.offsets if node.id in plan.offsets else plan.constant_offsets
@@ -38,8 +39,8 @@ def check_offsets(graph: tg.Graph, plan: MemoryPlan, aliasing: Aliasing) -> None
             source = graph.node(node.inputs[0])
             extra = view_offset(node.op, node.attr_dict, source.shape, node.dtype, source.dtype)
             assert where[node.id] == where[source.id] + extra
-        elif alias is not None:
-            assert where[node.id] == where[alias.source]
+        elif alias is not None:  # in place (offset 0) or placed into a later concat
+            assert where[node.id] == where[alias.source] + alias.offset
         elif where is plan.offsets:
             assert plan.offsets[node.id] == plan.buffer_offsets[node.id]
 
