@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from attrs import frozen
 
-from tensorgraph.compiler import DEFAULT_PASSES, Program, compile
+from tensorgraph.compiler import DEFAULT_PASSES, PASS_ALIASES, Program, compile
 from tensorgraph.errors import TensorGraphError
 
 BACKENDS = ("mlx", "numpy", "arena")
@@ -129,6 +129,7 @@ def _build(name: str, pairs: Sequence[str]):
 
 def _passes(args: argparse.Namespace) -> tuple[str, ...]:
     off = {p.replace("-", "_") for p in args.no or ()}
+    off = {PASS_ALIASES.get(p, p) for p in off}
     unknown = off - set(DEFAULT_PASSES)
     if unknown:
         raise UsageError(f"unknown pass(es) {sorted(unknown)}; passes: {', '.join(DEFAULT_PASSES)}")

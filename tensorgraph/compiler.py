@@ -29,6 +29,8 @@ from tensorgraph.planner.aliasing import ANALYSES, Aliasing, analyze_aliasing
 from tensorgraph.planner.plan import MemoryPlan
 
 DEFAULT_PASSES = ("dce", "cse", "fold", "view_alias", "copy_elim", "reinplace")
+# Other names a pass list may use: DESIGN.md calls copy elimination the "concat" analysis.
+PASS_ALIASES = {"concat": "copy_elim"}
 BACKENDS = ("mlx", "numpy", "arena")
 
 
@@ -269,7 +271,7 @@ def compile(
     if isinstance(passes, str):
         raise GraphError(f"passes must be a sequence of pass names, not the string {passes!r}")
     options = CompileOptions(
-        tuple(dict.fromkeys(passes)),
+        tuple(dict.fromkeys(PASS_ALIASES.get(p, p) for p in passes)),
         planner,
         alignment,
         schedule,

@@ -234,3 +234,10 @@ def test_program_with_placements_survives_save_and_load(tmp_path) -> None:
     assert again.run({"x": x}, backend="arena")[0].tobytes() == (
         prog.run({"x": x}, backend="numpy")[0].tobytes()
     )
+
+
+def test_the_design_name_concat_selects_copy_elimination() -> None:
+    g, *_ = two_halves()
+    by_design = tg.compile(g, passes=("view_alias", "concat"))
+    assert by_design.options.passes == ("view_alias", "copy_elim")
+    assert by_design.aliasing.count("concat") == 2
