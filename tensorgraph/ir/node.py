@@ -36,6 +36,16 @@ class Node:
     attrs: tuple[tuple[str, object], ...] = field(converter=_canonical_attrs)
     shape: tuple[int, ...] = field(converter=tuple)
     dtype: DType
+    # Bytes of the dense row-major tensor this node produces: derived, computed once
+    # (the planner reads it hundreds of thousands of times per compile).
+    nbytes: int = field(init=False, eq=False, repr=False)
+
+    @nbytes.default
+    def _nbytes(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count * self.dtype.itemsize
 
     def attr(self, name: str, default: object = None) -> object:
         """The value of attribute `name`, or `default` if absent."""
@@ -47,14 +57,6 @@ class Node:
     @property
     def attr_dict(self) -> dict[str, object]:
         return dict(self.attrs)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the dense row-major tensor this node produces."""
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count * self.dtype.itemsize
 
     @property
     def name(self) -> str | None:

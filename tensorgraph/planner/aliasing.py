@@ -166,18 +166,23 @@ def analyze_aliasing(
             if view is not None:
                 aliases[node_id] = view
     views = dict(aliases)
+    views_live = placed = None
     if "copy_elim" in names:
-        aliases.update(place_concats(graph, order, analyze(graph, order, Aliasing(views))))
+        views_live = analyze(graph, order, Aliasing(views))
+        placed = place_concats(graph, order, views_live)
+        aliases.update(placed)
     if "reinplace" in names:
-        pre = analyze(graph, order, Aliasing(dict(aliases), names))
-        _reinplace(graph, order, pre, aliases)
-        if len(aliases) > len(views) and any(a.kind == "concat" for a in aliases.values()):
+        if placed:
+            _reinplace(graph, order, analyze(graph, order, Aliasing(dict(aliases))), aliases)
             # Placements can cost in-place writes (a placed value lives as long as its
             # concat): keep them only when the whole aliasing peaks no higher.
             plain = dict(views)
-            _reinplace(graph, order, analyze(graph, order, Aliasing(views)), plain)
+            _reinplace(graph, order, views_live, plain)
             if _peak(graph, order, plain) < _peak(graph, order, aliases):
                 aliases = plain
+        else:
+            pre = views_live or analyze(graph, order, Aliasing(views))
+            _reinplace(graph, order, pre, aliases)
     return Aliasing(aliases, names)
 
 
