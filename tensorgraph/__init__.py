@@ -98,6 +98,32 @@ from tensorgraph.ir.dtypes import (
     uint8,
 )
 from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.math_functions import (
+    arctan,
+    arctan2,
+    atan,
+    atan2,
+    bitwise_and,
+    bitwise_invert,
+    bitwise_not,
+    bitwise_or,
+    bitwise_xor,
+    ceil,
+    erf,
+    expm1,
+    floor,
+    floor_divide,
+    fmod,
+    isinf,
+    isnan,
+    log1p,
+    logical_xor,
+    remainder,
+    round,
+    sign,
+    tan,
+    trunc,
+)
 
 __version__ = "0.1.0"
 

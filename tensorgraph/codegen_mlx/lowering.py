@@ -387,4 +387,9 @@ def _lowered(op: str, lower: Lowering) -> Lowering:
     return run
 
 
+# Op families kept in their own modules join the table here, once the helpers above
+# exist (they import them from this module).
+from tensorgraph.codegen_mlx import math_lowering  # noqa: E402
+
+_TABLE.update(math_lowering.TABLE)
 LOWERINGS: dict[str, Lowering] = {op: _lowered(op, fn) for op, fn in _TABLE.items()}

@@ -59,6 +59,37 @@ def infer_arith(op: str) -> Infer:
     return infer
 
 
+def infer_float_binary(op: str) -> Infer:
+    """Binary float math (atan2): the promoted dtype must be floating point."""
+
+    def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+        dtype = promote_types(xs[0].dtype, xs[1].dtype)
+        if not dtype.is_float:
+            raise DTypeError(
+                f"{op} needs a floating-point operand but {xs[0].label} is {xs[0].dtype} "
+                f"and {xs[1].label} is {xs[1].dtype}"
+            )
+        return _broadcast(xs), dtype
+
+    return infer
+
+
+def infer_bitwise(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """bitwise_not/and/or/xor: integer or bool operands, the promoted dtype."""
+    for x in xs:
+        if x.dtype.is_float:
+            raise DTypeError(f"bitwise ops need integer or bool inputs but {x.label} is {x.dtype}")
+    dtype = xs[0].dtype
+    for x in xs[1:]:
+        dtype = promote_types(dtype, x.dtype)
+    return _broadcast(xs), dtype
+
+
+def infer_predicate(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """isnan/isinf: any dtype, a bool result (always False for integers and bools)."""
+    return xs[0].shape, bool_
+
+
 def infer_minmax(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     return _broadcast(xs), promote_types(xs[0].dtype, xs[1].dtype)
 

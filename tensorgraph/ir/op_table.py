@@ -14,18 +14,21 @@ from tensorgraph.ir.inference import (
     infer_arange,
     infer_argmax,
     infer_arith,
+    infer_bitwise,
     infer_boundary,
     infer_broadcast_to,
     infer_cast,
     infer_compare,
     infer_concat,
     infer_conv2d,
+    infer_float_binary,
     infer_full,
     infer_logical,
     infer_matmul,
     infer_minmax,
     infer_narrow,
     infer_pool,
+    infer_predicate,
     infer_reduce,
     infer_reshape,
     infer_slice_update,
@@ -63,6 +66,17 @@ FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh"
 NUMERIC_UNARY = ("neg", "abs", "square", "relu")
 for _name in FLOAT_UNARY + NUMERIC_UNARY:
     register(OpDef(_name, 1, 1, infer_unary(_name, _name in FLOAT_UNARY), {}, **_ELEMENTWISE))
+# Float math added for imported models; the rounding ops and sign keep integer inputs
+# unchanged (floor of an int is the int, as in torch).
+FLOAT_MATH = ("erf", "log1p", "expm1", "tan", "atan")
+ROUNDING = ("floor", "ceil", "round", "trunc", "sign")
+for _name in FLOAT_MATH:
+    register(OpDef(_name, 1, 1, infer_unary(_name, True), {}, **_ELEMENTWISE))
+for _name in ROUNDING:
+    register(OpDef(_name, 1, 1, infer_unary(_name, False), {}, **_ELEMENTWISE))
+for _name in ("isnan", "isinf"):
+    register(OpDef(_name, 1, 1, infer_predicate, {}, **_ELEMENTWISE))
+register(OpDef("bitwise_not", 1, 1, infer_bitwise, {}, **_ELEMENTWISE))
 _GELU = {"approximate": AttrSpec("str", "none")}
 register(OpDef("gelu", 1, 1, infer_unary("gelu", True), _GELU, **_ELEMENTWISE))
 register(OpDef("logical_not", 1, 1, infer_logical, {}, **_ELEMENTWISE))
@@ -73,10 +87,17 @@ for _name, _commutes in ARITHMETIC.items():
     register(OpDef(_name, 2, 2, infer_arith(_name), {}, **_ELEMENTWISE, commutative=_commutes))
 for _name in ("maximum", "minimum"):
     register(OpDef(_name, 2, 2, infer_minmax, {}, **_ELEMENTWISE, commutative=True))
+# Integer-division family: an integer divisor of zero is a RunError on every backend.
+DIVISIONS = ("remainder", "fmod", "floor_divide")
+for _name in DIVISIONS:
+    register(OpDef(_name, 2, 2, infer_arith(_name), {}, **_ELEMENTWISE))
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    register(OpDef(_name, 2, 2, infer_bitwise, {}, **_ELEMENTWISE, commutative=True))
+register(OpDef("atan2", 2, 2, infer_float_binary("atan2"), {}, **_ELEMENTWISE))
 COMPARISONS = {"eq": True, "ne": True, "lt": False, "le": False, "gt": False, "ge": False}
 for _name, _commutes in COMPARISONS.items():
     register(OpDef(_name, 2, 2, infer_compare, {}, **_ELEMENTWISE, commutative=_commutes))
-for _name in ("logical_and", "logical_or"):
+for _name in ("logical_and", "logical_or", "logical_xor"):
     register(OpDef(_name, 2, 2, infer_logical, {}, **_ELEMENTWISE, commutative=True))
 register(OpDef("where", 3, 3, infer_where, {}, **_ELEMENTWISE))
 

@@ -364,3 +364,10 @@ def evaluate(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
         if result.dtype != target:
             return result.astype(target, order="C")
     return result if _is_fresh(result, args) else np.array(result, order="C", copy=True)
+
+
+# Op families kept in their own modules register into the one table here, once the
+# helpers above exist (they import them from this module).
+from tensorgraph.runtime import math_kernels  # noqa: E402
+
+KERNELS.update(math_kernels.KERNELS)

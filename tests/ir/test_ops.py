@@ -16,6 +16,7 @@ from tests.ir import (
     test_ops_elementwise,
     test_ops_generators,
     test_ops_layout,
+    test_ops_math,
     test_ops_reductions,
 )
 from tests.ir.op_cases import (
@@ -36,6 +37,7 @@ TABLES = (
     test_ops_layout,
     test_ops_generators,
     test_ops_conv_pool,
+    test_ops_math,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand
