@@ -31,7 +31,7 @@ FLOAT_STEPS = {
     "avg_pool": lambda x: tg.avg_pool2d(x, 2, 1, 1, True, False)[:, :, :4, :4],
     "adaptive": lambda x: tg.upsample_bilinear2d(tg.adaptive_avg_pool2d(x, 3), 4),
     "pad": lambda x: tg.pad(x, [(0, 0), (0, 0), (1, -1), (-2, 2)], 0.5),
-    "reflect": lambda x: tg.pad(x, [(0, 0), (0, 0), (2, -2), (0, 0)], mode="reflect"),
+    "reflect": lambda x: tg.pad(x, [(0, 0), (0, 0), (2, 1)], mode="reflect")[:, :, 1:5],
     "nan_to_zero": lambda x: tg.where(tg.isnan(x), 0.0, x),
 }
 INT_STEPS = {
