@@ -85,6 +85,14 @@ from tensorgraph.ir.builder import (
     where,
     zeros,
 )
+from tensorgraph.ir.conv import (
+    adaptive_avg_pool2d,
+    adaptive_max_pool2d,
+    conv1d,
+    pad,
+    upsample_bilinear2d,
+    upsample_nearest2d,
+)
 from tensorgraph.ir.dtypes import (
     DType,
     bfloat16,
@@ -97,7 +105,34 @@ from tensorgraph.ir.dtypes import (
     int64,
     uint8,
 )
+from tensorgraph.ir.functions import all, any, argmin, cumprod, cumsum, gather, prod
 from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.math_functions import (
+    arctan,
+    arctan2,
+    atan,
+    atan2,
+    bitwise_and,
+    bitwise_invert,
+    bitwise_not,
+    bitwise_or,
+    bitwise_xor,
+    ceil,
+    erf,
+    expm1,
+    floor,
+    floor_divide,
+    fmod,
+    isinf,
+    isnan,
+    log1p,
+    logical_xor,
+    remainder,
+    round,
+    sign,
+    tan,
+    trunc,
+)
 
 __version__ = "0.1.0"
 

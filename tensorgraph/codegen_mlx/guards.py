@@ -1,5 +1,6 @@
 """Run-time preconditions the NumPy oracle enforces and MLX does not: `take` indices in
-[-size, size) and non-negative exponents of an integer `pow`. Where the oracle raises
+[-size, size), `gather` indices in [0, size), non-negative exponents of an integer `pow`,
+and non-zero divisors of an integer remainder, fmod or floor_divide. Where the oracle raises
 RunError the MLX backend must raise the same RunError, never return zeros or garbage.
 
 A guard is checked in three tiers, cheapest first:
@@ -31,6 +32,7 @@ import mlx.core as mx
 import numpy as np
 from attrs import frozen
 
+from tensorgraph.codegen_mlx.arrays import MX_DTYPES
 from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
@@ -94,6 +96,32 @@ def _take_message(node: Node, culprits: tuple[int, ...]) -> str:
     )
 
 
+# ---------------------------------------------------------------- gather
+
+
+def _gather_can_break(node: Node, graph: Graph) -> bool:
+    indices = graph.node(node.inputs[1])
+    if 0 in indices.shape:
+        return False
+    info = np.iinfo(indices.dtype.to_numpy())
+    return info.min < 0 or info.max >= _axis_size(node, graph)
+
+
+def _gather_violation(node: Node, graph: Graph, indices: np.ndarray) -> tuple[int, ...] | None:
+    size = _axis_size(node, graph)
+    wide = indices.astype(np.int64).reshape(-1)
+    bad = (wide < 0) | (wide >= size)
+    return (int(wide[bad][0]), size) if bad.any() else None
+
+
+def _gather_verdict(node: Node, args: Sequence[mx.array]) -> mx.array:
+    size = args[0].shape[node.attr("axis")]
+    wide = args[1].astype(mx.int64).reshape(-1)
+    bad = mx.logical_or(wide < 0, wide >= size)
+    first = mx.argmax(bad)  # the first bad index, or 0 when none is bad
+    return mx.stack([bad[first].astype(mx.int64), wide[first], mx.array(size, mx.int64)])
+
+
 # ---------------------------------------------------------------- pow
 
 
@@ -118,9 +146,40 @@ def _pow_message(node: Node, culprits: tuple[int, ...]) -> str:
     return f"{describe(node)}: integer power with the negative exponent {culprits[0]}"
 
 
+# ---------------------------------------------------------------- integer division
+
+
+def _division_can_break(node: Node, graph: Graph) -> bool:
+    # An empty result reads no divisor element (broadcasting never drops a used one).
+    return node.dtype.is_integer and 0 not in node.shape
+
+
+def _division_violation(node: Node, graph: Graph, divisor: np.ndarray) -> tuple[int, ...] | None:
+    # The kernels divide by the divisor converted to the node's dtype (2**32 -> int32 0).
+    with np.errstate(all="ignore"):
+        converted = divisor.astype(node.dtype.to_numpy())
+    return None if converted.all() else (0,)
+
+
+def _division_verdict(node: Node, args: Sequence[mx.array]) -> mx.array:
+    converted = args[1].astype(MX_DTYPES[node.dtype.name])
+    zero = mx.any(converted == 0).astype(mx.int64)
+    return mx.stack([zero, mx.array(0, mx.int64)])
+
+
+def _division_message(node: Node, culprits: tuple[int, ...]) -> str:
+    return f"{describe(node)}: integer division by zero"
+
+
+_DIVISION = Guard(1, _division_can_break, _division_violation, _division_verdict, _division_message)
+
 GUARDS: dict[str, Guard] = {
     "take": Guard(1, _take_can_break, _take_violation, _take_verdict, _take_message),
+    "gather": Guard(1, _gather_can_break, _gather_violation, _gather_verdict, _take_message),
     "pow": Guard(1, _pow_can_break, _pow_violation, _pow_verdict, _pow_message),
+    "remainder": _DIVISION,
+    "fmod": _DIVISION,
+    "floor_divide": _DIVISION,
 }
 
 

@@ -15,9 +15,13 @@ Where MLX itself misbehaves the lowering does not call it:
 - Integer matmul and conv2d, which MLX does not implement, are exact broadcast products.
 - `full` converts its value with NumPy's cast (2.7 -> int32 2, 300 -> int8 44), as the
   oracle does, instead of mx.full (which keeps a float value float).
-- `take` never hands MLX an index outside the axis (its gather does no bounds check and
-  crashes the process); `slice_update` refuses an update of another rank (MLX's
-  segfaults). Reporting out-of-range indices as RunError is guards.py's job.
+- `take`/`gather` never hand MLX an index outside the axis (its gather does no bounds
+  check and crashes the process); `slice_update` refuses an update of another rank
+  (MLX's segfaults). Reporting out-of-range indices as RunError is guards.py's job.
+
+Families live in their own modules and join the table at the end of this one:
+gathers.py (take, gather, slice_update), math_lowering.py (rounding, float math,
+integer division, bitwise ops) and pooling.py (pools, adaptive pools, pad, resizes).
 """
 
 from __future__ import annotations
@@ -29,8 +33,7 @@ import mlx.core as mx
 import numpy as np
 
 from tensorgraph.codegen_mlx.arrays import MX_DTYPES, to_mx
-from tensorgraph.errors import RunError
-from tensorgraph.ir.node import Node, describe
+from tensorgraph.ir.node import Node
 
 Lowering = Callable[[Node, Sequence[mx.array]], mx.array]
 
@@ -75,7 +78,7 @@ def _gelu(node: Node, args: Sequence[mx.array]) -> mx.array:
 
 
 def _reduce(fn: Callable[..., mx.array], empty: float) -> Lowering:
-    """sum/mean/max/min over the node's axes, in the node's dtype. A zero-size input is
+    """sum/mean/max/min/prod over the node's axes, in the node's dtype. A zero-size input is
     never handed to MLX: its reduction is `empty` (the oracle's identity) everywhere.
     max/min never get there with a non-empty result (the registry rejects a max over a
     zero-size axis), so their `empty` is unused."""
@@ -92,10 +95,41 @@ def _reduce(fn: Callable[..., mx.array], empty: float) -> Lowering:
     return lower
 
 
-def _argmax(node: Node, args: Sequence[mx.array]) -> mx.array:
+def _truth(fn: Callable[..., mx.array], empty: bool) -> Lowering:
+    """any/all over the node's axes: non-zero (nan included) is true; `empty` over a
+    zero-size input, which MLX is not handed."""
+
+    def lower(node: Node, args: Sequence[mx.array]) -> mx.array:
+        x = args[0]
+        if x.size == 0:
+            return _filled(node, empty)
+        truth = x if x.dtype == mx.bool_ else x != 0
+        axes = list(node.attr("axes"))
+        return fn(truth, axis=axes, keepdims=node.attr("keepdims")) if axes else truth
+
+    return lower
+
+
+def _arg_reduce(fn: Callable[..., mx.array]) -> Lowering:
     # Only reached with a non-empty input: the registry rejects a zero-size axis, and an
     # empty result is made before lowering (see LOWERINGS).
-    return _as(node, mx.argmax(args[0], axis=node.attr("axis"), keepdims=node.attr("keepdims")))
+    return lambda node, args: _as(
+        node, fn(args[0], axis=node.attr("axis"), keepdims=node.attr("keepdims"))
+    )
+
+
+def _scan(fn: Callable[..., mx.array]) -> Lowering:
+    """cumsum/cumprod in the node's dtype (float32 for half precision, as the oracle
+    accumulates; int32 for bool, whose running sum is then "any so far")."""
+
+    def lower(node: Node, args: Sequence[mx.array]) -> mx.array:
+        dtype = _dtype(node)
+        if (node.dtype.is_float and node.dtype.itemsize < 4) or dtype == mx.bool_:
+            dtype = mx.float32 if node.dtype.is_float else mx.int32
+        result = fn(args[0].astype(dtype), axis=node.attr("axis"))
+        return result != 0 if node.dtype.name == "bool" else _as(node, result)
+
+    return lower
 
 
 def _softmax(node: Node, args: Sequence[mx.array]) -> mx.array:
@@ -191,45 +225,7 @@ def _conv2d(node: Node, args: Sequence[mx.array]) -> mx.array:
     return mx.transpose(out, (0, 3, 1, 2))
 
 
-# ---------------------------------------------------------------- pooling
-
-
-def _lowest(node: Node) -> object:
-    """The identity of max in the node's dtype, the padding of max_pool2d: -inf, the
-    minimum integer (0 for uint8), False for bool."""
-    if node.dtype.is_float:
-        return -math.inf
-    if node.dtype.name == "bool":
-        return False
-    return int(np.iinfo(node.dtype.to_numpy()).min)
-
-
-def _max_pool2d(node: Node, args: Sequence[mx.array]) -> mx.array:
-    padded = _pad_hw(args[0], node.attr("padding"), _lowest(node))
-    windows = _window_slices(padded, node, node.attr("kernel_size"))
-    result = windows[0]
-    for w in windows[1:]:
-        result = mx.maximum(result, w)
-    return result
-
-
-def _avg_pool2d(node: Node, args: Sequence[mx.array]) -> mx.array:
-    """Window sums divided by the window area (or the count of real elements). Integer
-    and bool inputs are summed exactly in int64 (the oracle's float64 sums never wrap)
-    and divided in float32, which is exact while window sums stay below 2^24."""
-    x = args[0]
-    x = x.astype(mx.int64) if not node.dtype.is_float else _as(node, x)
-    padding, kernel = node.attr("padding"), node.attr("kernel_size")
-    windows = _window_slices(_pad_hw(x, padding, 0), node, kernel)
-    total = sum(windows[1:], start=windows[0])
-    if node.attr("count_include_pad"):
-        return _as(node, total / (kernel[0] * kernel[1]))
-    ones = mx.ones((1, 1, *x.shape[2:]), dtype=mx.float32)
-    counts = _window_slices(_pad_hw(ones, padding, 0), node, kernel)
-    return _as(node, total / sum(counts[1:], start=counts[0]))
-
-
-# ---------------------------------------------------------------- layout, gathers, generators
+# ---------------------------------------------------------------- layout and generators
 
 
 def _narrow(node: Node, args: Sequence[mx.array]) -> mx.array:
@@ -237,51 +233,6 @@ def _narrow(node: Node, args: Sequence[mx.array]) -> mx.array:
     index = [slice(None)] * args[0].ndim
     index[axis] = slice(start, start + length)
     return args[0][tuple(index)]
-
-
-def _slice_update(node: Node, args: Sequence[mx.array]) -> mx.array:
-    # Functional: a new array. (`target[...] = update` would rebind the caller's object,
-    # which other readers of the same value may still hold.) MLX donates the target's
-    # buffer to the result when the executor has dropped every other reference.
-    target, update = args
-    axis, start = node.attr("axis"), node.attr("start")
-    if update.ndim != target.ndim or target.shape != node.shape:
-        # mx.slice_update segfaults on an update of another rank: refuse it here, whatever
-        # produced it (a 0-d `take` index once did), rather than crash the process.
-        raise RunError(
-            f"{describe(node)}: update {tuple(update.shape)} cannot be written into target "
-            f"{tuple(target.shape)} (the node expects {node.shape})"
-        )
-    if update.size == 0:
-        return target
-    start_indices = mx.array([start], dtype=mx.int32)
-    return mx.slice_update(target, update, start_indices=start_indices, axes=(axis,))
-
-
-# The values each integer index dtype can hold: an index array of a dtype inside
-# [-size, size) needs no range handling.
-_INDEX_RANGES = {
-    MX_DTYPES[name]: (int(np.iinfo(name).min), int(np.iinfo(name).max))
-    for name in ("uint8", "int8", "int16", "int32", "int64")
-}
-
-
-def _take(node: Node, args: Sequence[mx.array]) -> mx.array:
-    """NumPy's gather. Indices outside [-size, size) are replaced by 0 before MLX sees
-    them (MLX's gather reads out of bounds); guards.py reports them as RunError. The
-    replacement is one elementwise pass over the indices, skipped when their dtype
-    cannot hold an out-of-range value."""
-    x, indices = args
-    axis = node.attr("axis")
-    size = x.shape[axis]
-    if size == 0:  # every index is out of range: the guard raises; nothing to gather
-        return _filled(node, 0)
-    low, high = _INDEX_RANGES[indices.dtype]
-    if low < -size or high >= size:
-        wide = indices.astype(mx.int64)
-        bad = mx.logical_or(wide < -size, wide >= size)
-        indices = mx.where(bad, mx.zeros_like(indices), indices)
-    return mx.take(x, indices, axis=axis)
 
 
 def _arange(node: Node, args: Sequence[mx.array]) -> mx.array:
@@ -351,7 +302,13 @@ _TABLE: dict[str, Lowering] = {
     "mean": _reduce(mx.mean, math.nan),
     "max": _reduce(mx.max, 0),
     "min": _reduce(mx.min, 0),
-    "argmax": _argmax,
+    "prod": _reduce(mx.prod, 1),
+    "any": _truth(mx.any, False),
+    "all": _truth(mx.all, True),
+    "argmax": _arg_reduce(mx.argmax),
+    "argmin": _arg_reduce(mx.argmin),
+    "cumsum": _scan(mx.cumsum),
+    "cumprod": _scan(mx.cumprod),
     "softmax": _softmax,
     "log_softmax": _log_softmax,
     "transpose": lambda node, args: mx.transpose(args[0], node.attr("axes")),
@@ -360,13 +317,9 @@ _TABLE: dict[str, Lowering] = {
     "narrow": _narrow,
     "broadcast_to": lambda node, args: mx.broadcast_to(args[0], node.shape),
     "concat": lambda node, args: mx.concatenate(list(args), axis=node.attr("axis")),
-    "take": _take,
-    "slice_update": _slice_update,
     "arange": _arange,
     "full": _full,
     "conv2d": _conv2d,
-    "max_pool2d": _max_pool2d,
-    "avg_pool2d": _avg_pool2d,
 }
 
 
@@ -387,4 +340,11 @@ def _lowered(op: str, lower: Lowering) -> Lowering:
     return run
 
 
+# Op families kept in their own modules join the table here, once the helpers above
+# exist (they import them from this module).
+from tensorgraph.codegen_mlx import gathers, math_lowering, pooling  # noqa: E402
+
+_TABLE.update(gathers.TABLE)
+_TABLE.update(math_lowering.TABLE)
+_TABLE.update(pooling.TABLE)
 LOWERINGS: dict[str, Lowering] = {op: _lowered(op, fn) for op, fn in _TABLE.items()}

@@ -59,6 +59,37 @@ def infer_arith(op: str) -> Infer:
     return infer
 
 
+def infer_float_binary(op: str) -> Infer:
+    """Binary float math (atan2): the promoted dtype must be floating point."""
+
+    def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+        dtype = promote_types(xs[0].dtype, xs[1].dtype)
+        if not dtype.is_float:
+            raise DTypeError(
+                f"{op} needs a floating-point operand but {xs[0].label} is {xs[0].dtype} "
+                f"and {xs[1].label} is {xs[1].dtype}"
+            )
+        return _broadcast(xs), dtype
+
+    return infer
+
+
+def infer_bitwise(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """bitwise_not/and/or/xor: integer or bool operands, the promoted dtype."""
+    for x in xs:
+        if x.dtype.is_float:
+            raise DTypeError(f"bitwise ops need integer or bool inputs but {x.label} is {x.dtype}")
+    dtype = xs[0].dtype
+    for x in xs[1:]:
+        dtype = promote_types(dtype, x.dtype)
+    return _broadcast(xs), dtype
+
+
+def infer_predicate(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """isnan/isinf: any dtype, a bool result (always False for integers and bools)."""
+    return xs[0].shape, bool_
+
+
 def infer_minmax(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     return _broadcast(xs), promote_types(xs[0].dtype, xs[1].dtype)
 
@@ -127,8 +158,10 @@ def infer_reduce(op: str) -> Infer:
         if op in ("max", "min") and any(x.shape[a] == 0 for a in axes):
             raise ShapeError(f"{op} over a zero-size axis of {x.label} {x.shape} has no identity")
         dtype = x.dtype
-        if op == "sum" and dtype == bool_:
+        if op in ("sum", "prod") and dtype == bool_:
             dtype = int32
+        if op in ("any", "all"):
+            dtype = bool_
         if op == "mean" and not dtype.is_float:
             dtype = float32
         return _reduced_shape(x, axes, attrs["keepdims"]), dtype
@@ -136,13 +169,26 @@ def infer_reduce(op: str) -> Infer:
     return infer
 
 
-def infer_argmax(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+def infer_arg_reduce(op: str) -> Infer:
+    """argmax/argmin: an int32 index along `axis`, which must not be empty."""
+
+    def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+        (x,) = xs
+        axis = attrs["axis"]
+        _check_axes(x, (axis,))
+        if x.shape[axis] == 0:
+            raise ShapeError(f"{op} over the zero-size axis {axis} of {x.label} {x.shape}")
+        return _reduced_shape(x, (axis,), attrs["keepdims"]), int32
+
+    return infer
+
+
+def infer_scan(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """cumsum/cumprod: x's shape, accumulated in the `dtype` attribute (the builder
+    resolves torch's default: int64 for integers and bools, else x's dtype)."""
     (x,) = xs
-    axis = attrs["axis"]
-    _check_axes(x, (axis,))
-    if x.shape[axis] == 0:
-        raise ShapeError(f"argmax over the zero-size axis {axis} of {x.label} {x.shape}")
-    return _reduced_shape(x, (axis,), attrs["keepdims"]), int32
+    _check_axes(x, (attrs["axis"],))
+    return x.shape, as_dtype(attrs["dtype"])
 
 
 def infer_softmax(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
@@ -208,6 +254,25 @@ def infer_take(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     return (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :]), x.dtype
 
 
+def infer_gather(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """torch.gather: indices of x's rank, no larger than x off `axis`; result of the
+    indices' shape and x's dtype."""
+    x, indices = xs
+    axis = attrs["axis"]
+    _check_axes(x, (axis,))
+    if not indices.dtype.is_integer:
+        raise DTypeError(f"gather needs integer indices but {indices.label} is {indices.dtype}")
+    fits = len(indices.shape) == len(x.shape) and all(
+        i <= d for k, (i, d) in enumerate(zip(indices.shape, x.shape, strict=True)) if k != axis
+    )
+    if not fits:
+        raise ShapeError(
+            f"gather along axis {axis}: {indices} must have the rank of {x} and no larger "
+            "extent on the other axes"
+        )
+    return indices.shape, x.dtype
+
+
 def infer_slice_update(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     target, update = xs
     axis, start = attrs["axis"], attrs["start"]
@@ -243,52 +308,6 @@ def infer_broadcast_to(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DT
     if broadcast_shapes(x.shape, shape, labels=[x.label, "target"]) != shape:
         raise ShapeError(f"cannot broadcast {x.label} {x.shape} to {shape}")
     return shape, x.dtype
-
-
-def _pair(attrs: Mapping, name: str) -> tuple[int, int]:
-    value = attrs[name]
-    if len(value) != 2:
-        raise ShapeError(f"{name} must have 2 entries (H, W) but got {value}")
-    return value
-
-
-def _window_out(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
-    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
-
-
-def infer_conv2d(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    x, w = xs
-    if len(x.shape) != 4 or len(w.shape) != 4:
-        raise ShapeError(f"conv2d needs NCHW input and OIHW weight: {x}, {w}")
-    stride, padding, dilation = (_pair(attrs, n) for n in ("stride", "padding", "dilation"))
-    groups = attrs["groups"]
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    if groups < 1 or c % groups or o % groups or cg * groups != c:
-        raise ShapeError(f"conv2d: {x} channels do not match weight {w} with groups={groups}")
-    if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
-        raise ShapeError(f"conv2d: bad stride {stride} / dilation {dilation} / padding {padding}")
-    oh = _window_out(h, kh, stride[0], padding[0], dilation[0])
-    ow = _window_out(wd, kw, stride[1], padding[1], dilation[1])
-    if oh <= 0 or ow <= 0:
-        raise ShapeError(f"conv2d: kernel {w.shape[2:]} larger than padded input {x}")
-    return (n, o, oh, ow), promote_types(x.dtype, w.dtype)
-
-
-def infer_pool(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    (x,) = xs
-    if len(x.shape) != 4:
-        raise ShapeError(f"pooling needs an NCHW input but got {x}")
-    kernel, stride, padding = (_pair(attrs, n) for n in ("kernel_size", "stride", "padding"))
-    if min(kernel) < 1 or min(stride) < 1 or min(padding) < 0:
-        raise ShapeError(f"pool: bad kernel {kernel} / stride {stride} / padding {padding}")
-    if padding[0] * 2 > kernel[0] or padding[1] * 2 > kernel[1]:
-        raise ShapeError(f"pool: padding {padding} exceeds half the kernel {kernel}")
-    oh = _window_out(x.shape[2], kernel[0], stride[0], padding[0], 1)
-    ow = _window_out(x.shape[3], kernel[1], stride[1], padding[1], 1)
-    if oh <= 0 or ow <= 0:
-        raise ShapeError(f"pool: kernel {kernel} larger than padded input {x}")
-    return (*x.shape[:2], oh, ow), x.dtype
 
 
 def infer_boundary(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:

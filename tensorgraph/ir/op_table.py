@@ -12,22 +12,25 @@ from __future__ import annotations
 
 from tensorgraph.ir.inference import (
     infer_arange,
-    infer_argmax,
+    infer_arg_reduce,
     infer_arith,
+    infer_bitwise,
     infer_boundary,
     infer_broadcast_to,
     infer_cast,
     infer_compare,
     infer_concat,
-    infer_conv2d,
+    infer_float_binary,
     infer_full,
+    infer_gather,
     infer_logical,
     infer_matmul,
     infer_minmax,
     infer_narrow,
-    infer_pool,
+    infer_predicate,
     infer_reduce,
     infer_reshape,
+    infer_scan,
     infer_slice_update,
     infer_softmax,
     infer_take,
@@ -36,6 +39,13 @@ from tensorgraph.ir.inference import (
     infer_where,
 )
 from tensorgraph.ir.ops import AttrSpec, OpDef, register
+from tensorgraph.ir.window_inference import (
+    infer_adaptive_pool,
+    infer_conv2d,
+    infer_pad,
+    infer_pool,
+    infer_upsample,
+)
 
 # ---------------------------------------------------------------- boundary nodes
 
@@ -63,6 +73,17 @@ FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh"
 NUMERIC_UNARY = ("neg", "abs", "square", "relu")
 for _name in FLOAT_UNARY + NUMERIC_UNARY:
     register(OpDef(_name, 1, 1, infer_unary(_name, _name in FLOAT_UNARY), {}, **_ELEMENTWISE))
+# Float math added for imported models; the rounding ops and sign keep integer inputs
+# unchanged (floor of an int is the int, as in torch).
+FLOAT_MATH = ("erf", "log1p", "expm1", "tan", "atan")
+ROUNDING = ("floor", "ceil", "round", "trunc", "sign")
+for _name in FLOAT_MATH:
+    register(OpDef(_name, 1, 1, infer_unary(_name, True), {}, **_ELEMENTWISE))
+for _name in ROUNDING:
+    register(OpDef(_name, 1, 1, infer_unary(_name, False), {}, **_ELEMENTWISE))
+for _name in ("isnan", "isinf"):
+    register(OpDef(_name, 1, 1, infer_predicate, {}, **_ELEMENTWISE))
+register(OpDef("bitwise_not", 1, 1, infer_bitwise, {}, **_ELEMENTWISE))
 _GELU = {"approximate": AttrSpec("str", "none")}
 register(OpDef("gelu", 1, 1, infer_unary("gelu", True), _GELU, **_ELEMENTWISE))
 register(OpDef("logical_not", 1, 1, infer_logical, {}, **_ELEMENTWISE))
@@ -73,10 +94,17 @@ for _name, _commutes in ARITHMETIC.items():
     register(OpDef(_name, 2, 2, infer_arith(_name), {}, **_ELEMENTWISE, commutative=_commutes))
 for _name in ("maximum", "minimum"):
     register(OpDef(_name, 2, 2, infer_minmax, {}, **_ELEMENTWISE, commutative=True))
+# Integer-division family: an integer divisor of zero is a RunError on every backend.
+DIVISIONS = ("remainder", "fmod", "floor_divide")
+for _name in DIVISIONS:
+    register(OpDef(_name, 2, 2, infer_arith(_name), {}, **_ELEMENTWISE))
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    register(OpDef(_name, 2, 2, infer_bitwise, {}, **_ELEMENTWISE, commutative=True))
+register(OpDef("atan2", 2, 2, infer_float_binary("atan2"), {}, **_ELEMENTWISE))
 COMPARISONS = {"eq": True, "ne": True, "lt": False, "le": False, "gt": False, "ge": False}
 for _name, _commutes in COMPARISONS.items():
     register(OpDef(_name, 2, 2, infer_compare, {}, **_ELEMENTWISE, commutative=_commutes))
-for _name in ("logical_and", "logical_or"):
+for _name in ("logical_and", "logical_or", "logical_xor"):
     register(OpDef(_name, 2, 2, infer_logical, {}, **_ELEMENTWISE, commutative=True))
 register(OpDef("where", 3, 3, infer_where, {}, **_ELEMENTWISE))
 
@@ -85,18 +113,14 @@ register(OpDef("where", 3, 3, infer_where, {}, **_ELEMENTWISE))
 register(OpDef("matmul", 2, 2, infer_matmul, {}, category="matmul"))
 
 _REDUCE = {"axes": AttrSpec("ints"), "keepdims": AttrSpec("bool", False)}
-for _name in ("sum", "mean", "max", "min"):
+for _name in ("sum", "mean", "max", "min", "prod", "any", "all"):
     register(OpDef(_name, 1, 1, infer_reduce(_name), _REDUCE, category="reduction"))
-register(
-    OpDef(
-        "argmax",
-        1,
-        1,
-        infer_argmax,
-        {"axis": AttrSpec("int"), "keepdims": AttrSpec("bool", False)},
-        category="reduction",
-    )
-)
+_ARG_REDUCE = {"axis": AttrSpec("int"), "keepdims": AttrSpec("bool", False)}
+for _name in ("argmax", "argmin"):
+    register(OpDef(_name, 1, 1, infer_arg_reduce(_name), _ARG_REDUCE, category="reduction"))
+_SCAN = {"axis": AttrSpec("int"), "dtype": AttrSpec("dtype")}
+for _name in ("cumsum", "cumprod"):
+    register(OpDef(_name, 1, 1, infer_scan, _SCAN, category="reduction"))
 for _name in ("softmax", "log_softmax"):
     register(OpDef(_name, 1, 1, infer_softmax, {"axis": AttrSpec("int")}, category="reduction"))
 
@@ -120,6 +144,7 @@ register(
 )
 register(OpDef("concat", 1, None, infer_concat, {"axis": AttrSpec("int")}, category="layout"))
 register(OpDef("take", 2, 2, infer_take, {"axis": AttrSpec("int")}, category="gather"))
+register(OpDef("gather", 2, 2, infer_gather, {"axis": AttrSpec("int")}, category="gather"))
 register(
     OpDef(
         "slice_update",
@@ -176,19 +201,73 @@ register(
         category="conv",
     )
 )
+# Attributes added after the first release have defaults, so older graphs and JSON load
+# unchanged (divisor_override 0 means none: the schema has no optional ints).
 _POOL = {
     "kernel_size": AttrSpec("ints"),
     "stride": AttrSpec("ints"),
     "padding": AttrSpec("ints", (0, 0)),
+    "ceil_mode": AttrSpec("bool", False),
 }
-register(OpDef("max_pool2d", 1, 1, infer_pool, _POOL, category="pool"))
+register(
+    OpDef(
+        "max_pool2d",
+        1,
+        1,
+        infer_pool,
+        {**_POOL, "dilation": AttrSpec("ints", (1, 1))},
+        category="pool",
+    )
+)
 register(
     OpDef(
         "avg_pool2d",
         1,
         1,
         infer_pool,
-        {**_POOL, "count_include_pad": AttrSpec("bool", True)},
+        {
+            **_POOL,
+            "count_include_pad": AttrSpec("bool", True),
+            "divisor_override": AttrSpec("int", 0),
+        },
+        category="pool",
+    )
+)
+for _name in ("adaptive_avg_pool2d", "adaptive_max_pool2d"):
+    register(
+        OpDef(_name, 1, 1, infer_adaptive_pool, {"output_size": AttrSpec("ints")}, category="pool")
+    )
+register(
+    OpDef(
+        "pad",
+        1,
+        1,
+        infer_pad,
+        {
+            "pads": AttrSpec("ints"),
+            "value": AttrSpec("scalar", 0.0),
+            "mode": AttrSpec("str", "constant"),
+        },
+        category="layout",
+    )
+)
+register(
+    OpDef(
+        "upsample_nearest2d",
+        1,
+        1,
+        infer_upsample("upsample_nearest2d", False),
+        {"output_size": AttrSpec("ints")},
+        category="pool",
+    )
+)
+register(
+    OpDef(
+        "upsample_bilinear2d",
+        1,
+        1,
+        infer_upsample("upsample_bilinear2d", True),
+        {"output_size": AttrSpec("ints"), "align_corners": AttrSpec("bool", False)},
         category="pool",
     )
 )

@@ -6,8 +6,11 @@ computed in float32 and rounded once at the end, the way MLX's CPU kernels accum
 operands of arithmetic are first converted to the node's (promoted) dtype. Kernels
 never write into their arguments, so an executor may place the result over an
 argument's bytes after the call (in place). IEEE specials (inf, nan) propagate silently,
-as on every backend; an integer power with a negative exponent and an out-of-range
-`take` index are RunErrors naming the node.
+as on every backend; an integer power with a negative exponent, an out-of-range
+`take` or `gather` index and an integer division by zero are RunErrors naming the node.
+Two families live in their own modules and join `KERNELS` at the end of this one:
+math_kernels.py (rounding, float math, integer division, bitwise ops) and
+window_kernels.py (pools, adaptive pools, pad, resizes).
 """
 
 from __future__ import annotations
@@ -119,8 +122,20 @@ def _mean(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     return total / math.prod(x.shape[a] for a in axes)
 
 
-def _argmax(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    return np.argmax(_wide(args[0]), axis=node.attr("axis"), keepdims=node.attr("keepdims"))
+def _arg_reduce(fn: Callable[..., np.ndarray]) -> Kernel:
+    return lambda node, args: fn(
+        _wide(args[0]), axis=node.attr("axis"), keepdims=node.attr("keepdims")
+    )
+
+
+def _truth(fn: Callable[..., np.ndarray]) -> Kernel:
+    """any/all: non-zero is true (nan included)."""
+    return lambda node, args: fn(args[0], axis=node.attr("axes"), keepdims=node.attr("keepdims"))
+
+
+def _scan(fn: Callable[..., np.ndarray]) -> Kernel:
+    """cumsum/cumprod: x converted to the node's dtype (widened), then accumulated."""
+    return lambda node, args: fn(_operand(node, args[0]), axis=node.attr("axis"))
 
 
 def _shifted(node: Node, x: np.ndarray) -> np.ndarray:
@@ -166,6 +181,23 @@ def _take(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
             f"of size {size}"
         )
     return np.take(x, wide, axis=axis)
+
+
+def _gather(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """torch.gather: indices in [0, size) (others raise), x cut to the indices' extents
+    off the axis, then take_along_axis."""
+    x, indices = args
+    axis = node.attr("axis")
+    size = x.shape[axis]
+    wide = indices.astype(np.int64)
+    bad = (wide < 0) | (wide >= size)
+    if bad.any():
+        raise RunError(
+            f"{describe(node)}: index {wide[bad].flat[0]} is out of range for axis {axis} "
+            f"of size {size}"
+        )
+    cut = tuple(slice(None) if k == axis else slice(0, n) for k, n in enumerate(wide.shape))
+    return np.take_along_axis(x[cut], wide, axis=axis)
 
 
 def _slice_update(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
@@ -247,34 +279,6 @@ def _lowest(dtype: np.dtype) -> object:
     return np.iinfo(dtype).min
 
 
-def _max_pool2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    x = _wide(args[0])
-    padded = _pad_hw(x, node.attr("padding"), _lowest(x.dtype))
-    kernel, stride = node.attr("kernel_size"), node.attr("stride")
-    return _windows(padded, kernel, stride, (1, 1), node.shape[2:]).max(axis=(4, 5))
-
-
-def _in_bounds(size: int, out: int, kernel: int, stride: int, pad: int) -> np.ndarray:
-    """How many of each output window's `kernel` positions fall inside [0, size)."""
-    starts = np.arange(out) * stride - pad
-    return np.minimum(starts + kernel, size) - np.maximum(starts, 0)
-
-
-def _avg_pool2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    """Window sums over the zero-padded input divided by the window area, or, without
-    count_include_pad, by the number of real (unpadded) elements in each window."""
-    x = args[0]
-    x = x.astype(np.float64) if x.dtype.kind in "biu" else _wide(x)
-    kernel, stride, padding = (node.attr(k) for k in ("kernel_size", "stride", "padding"))
-    oh, ow = node.shape[2:]
-    total = _windows(_pad_hw(x, padding, 0), kernel, stride, (1, 1), (oh, ow)).sum(axis=(4, 5))
-    if node.attr("count_include_pad"):
-        return total / (kernel[0] * kernel[1])
-    rows = _in_bounds(x.shape[2], oh, kernel[0], stride[0], padding[0])
-    cols = _in_bounds(x.shape[3], ow, kernel[1], stride[1], padding[1])
-    return total / np.outer(rows, cols).astype(x.dtype)
-
-
 KERNELS: dict[str, Kernel] = {
     "neg": _unary(np.negative),
     "abs": _unary(np.abs),
@@ -313,7 +317,13 @@ KERNELS: dict[str, Kernel] = {
     "mean": _mean,
     "max": _reduce(np.max),
     "min": _reduce(np.min),
-    "argmax": _argmax,
+    "prod": _reduce(np.prod),
+    "any": _truth(np.any),
+    "all": _truth(np.all),
+    "argmax": _arg_reduce(np.argmax),
+    "argmin": _arg_reduce(np.argmin),
+    "cumsum": _scan(np.cumsum),
+    "cumprod": _scan(np.cumprod),
     "softmax": _softmax,
     "log_softmax": _log_softmax,
     "transpose": lambda node, args: np.transpose(args[0], node.attr("axes")),
@@ -323,12 +333,11 @@ KERNELS: dict[str, Kernel] = {
     "broadcast_to": lambda node, args: np.broadcast_to(args[0], node.shape),
     "concat": lambda node, args: np.concatenate(args, axis=node.attr("axis")),
     "take": _take,
+    "gather": _gather,
     "slice_update": _slice_update,
     "arange": _arange,
     "full": _full,
     "conv2d": _conv2d,
-    "max_pool2d": _max_pool2d,
-    "avg_pool2d": _avg_pool2d,
 }
 
 
@@ -364,3 +373,11 @@ def evaluate(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
         if result.dtype != target:
             return result.astype(target, order="C")
     return result if _is_fresh(result, args) else np.array(result, order="C", copy=True)
+
+
+# Op families kept in their own modules register into the one table here, once the
+# helpers above exist (they import them from this module).
+from tensorgraph.runtime import math_kernels, window_kernels  # noqa: E402
+
+KERNELS.update(math_kernels.KERNELS)
+KERNELS.update(window_kernels.KERNELS)
