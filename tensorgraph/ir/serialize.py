@@ -17,6 +17,7 @@ from tensorgraph.errors import GraphError
 from tensorgraph.ir.dtypes import as_dtype
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
+from tensorgraph.ir.ops import complete_attrs, get_op
 
 FORMAT = "tensorgraph-graph/1"
 
@@ -78,12 +79,18 @@ def graph_from_json(text: str) -> Graph:
         document = json.loads(text)
         if document.get("format") != FORMAT:
             raise GraphError(f"not a tensorgraph graph (format {document.get('format')!r})")
+        # Attributes added to an op after a file was written take their defaults, so
+        # older graphs and programs keep loading (unknown attributes are still refused).
         nodes = [
             Node(
                 int(n["id"]),
                 n["op"],
                 tuple(n["inputs"]),
-                tuple((k, _decode(v)) for k, v in n["attrs"]),
+                complete_attrs(
+                    get_op(n["op"]),
+                    {k: _decode(v) for k, v in n["attrs"]},
+                    f"%{n['id']} {n['op']}",
+                ),
                 tuple(n["shape"]),
                 as_dtype(n["dtype"]),
             )

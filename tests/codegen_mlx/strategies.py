@@ -355,7 +355,7 @@ def _pool_or_conv(b: _Builder) -> tg.Tensor:
     if kind == "max":
         return b.add(tg.max_pool2d(x, kernel, stride, padding), 5, True)
     if kind == "avg":
-        y = tg.avg_pool2d(x, kernel, stride, padding, b.draw(st.booleans()))
+        y = tg.avg_pool2d(x, kernel, stride, padding, count_include_pad=b.draw(st.booleans()))
         return b.add(y, 5, not dtype.is_float)
     groups = b.draw(st.sampled_from([1, c]))
     weight = b.input((2 * groups, c // groups, kernel, kernel), dtype, -3, 3)
