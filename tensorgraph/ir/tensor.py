@@ -168,6 +168,24 @@ class Tensor:
     def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
         return _fn.argmax(self, axis, keepdims)
 
+    def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return _fn.argmin(self, axis, keepdims)
+
+    def prod(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        return _fn.prod(self, axis, keepdims)
+
+    def any(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        return _fn.any(self, axis, keepdims)
+
+    def all(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        return _fn.all(self, axis, keepdims)
+
+    def cumsum(self, axis: int, dtype: object = None) -> Tensor:
+        return _fn.cumsum(self, axis, dtype)
+
+    def cumprod(self, axis: int, dtype: object = None) -> Tensor:
+        return _fn.cumprod(self, axis, dtype)
+
     def exp(self) -> Tensor:
         return _fn.exp(self)
 

@@ -107,3 +107,23 @@ def test_generators_take_mlx_signatures_inside_a_graph_block() -> None:
         np.testing.assert_array_equal(a, b)
     with pytest.raises(tg.GraphError, match="arange needs a graph"):
         tg.arange(5)
+
+
+def test_tensor_methods_for_scans_and_logical_reductions() -> None:
+    g = tg.Graph("methods")
+    x = g.input("x", (2, 3), tg.int32)
+    g.output(x.cumsum(1), x.prod(0), (x > 1).any(1), (x > 1).all(), x.argmin(1), x.cumprod(0))
+    data = np.array([[1, 2, 3], [4, 0, 6]], np.int32)
+    got = tg.compile(g).run({"x": data}, backend="numpy")
+    # By hand: running row sums; column products; x > 1 is [[F,T,T],[T,F,T]];
+    # row minima at columns 0 and 1; running column products [[1,2,3],[4,0,18]].
+    want = [
+        [[1, 3, 6], [4, 4, 10]],
+        [4, 0, 18],
+        [True, True],
+        False,
+        [0, 1],
+        [[1, 2, 3], [4, 0, 18]],
+    ]
+    assert [o.tolist() for o in got] == want
+    assert got[0].dtype == np.int64  # integer scans accumulate in int64, as torch does
