@@ -388,3 +388,4 @@ def _lowered(op: str, lower: Lowering) -> Lowering:
 
 
 LOWERINGS: dict[str, Lowering] = {op: _lowered(op, fn) for op, fn in _TABLE.items()}
+from tensorgraph.codegen_mlx import fused  # noqa: E402, F401  (adds the fused ops to LOWERINGS)
