@@ -8,7 +8,8 @@ kernel and is the composite of mean/variance over (N, G, -1) groups in float32.
 Precision: the fast kernels compute in float32 (half inputs accumulate in float32 and
 round once), the oracle in float64; their difference is float32 rounding of a few
 reductions, bounded in the tests. Inputs of rank below what a fast kernel accepts are
-reshaped around it (rope wants (..., L, D) with at least 3 axes).
+reshaped around it (rope wants (..., L, D) with at least 3 axes). Attention rows with
+every key masked out are set to 0 after the fast kernel (MLX averages them instead).
 """
 
 from __future__ import annotations
@@ -27,12 +28,28 @@ def _optional(node: Node, args: list[mx.array]) -> tuple[mx.array | None, mx.arr
     return weight, bias
 
 
+def _live_rows(node: Node, args: list[mx.array]) -> mx.array | None:
+    """(…, L, 1) bool: rows with at least one key not masked out; None when every row
+    has one. MLX gives such dead rows a uniform or NaN average; the IR says 0."""
+    length, keys = node.shape[2], args[1].shape[2]
+    if len(args) == 4:
+        mask = args[3]
+        allowed = mask if mask.dtype == mx.bool_ else mask > -mx.inf
+        allowed = mx.broadcast_to(allowed, (*allowed.shape[:-1], keys))
+        return mx.any(allowed, axis=-1, keepdims=True)
+    if node.attr("causal") and keys < length:
+        return (mx.arange(length) >= length - keys).reshape(length, 1)
+    return None
+
+
 def _sdpa(node: Node, args: list[mx.array]) -> mx.array:
     q, k, v = args[:3]
     mask: mx.array | str | None = "causal" if node.attr("causal") else None
     if len(args) == 4:
         mask = args[3]
-    return mx.fast.scaled_dot_product_attention(q, k, v, scale=node.attr("scale"), mask=mask)
+    out = mx.fast.scaled_dot_product_attention(q, k, v, scale=node.attr("scale"), mask=mask)
+    live = _live_rows(node, args)
+    return out if live is None else mx.where(live, out, mx.zeros((), out.dtype))
 
 
 def _layer_norm(node: Node, args: list[mx.array]) -> mx.array:

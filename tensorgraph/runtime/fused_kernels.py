@@ -8,8 +8,9 @@ C-contiguous array of exactly the node's shape and dtype and never writes its
 arguments. Importing this module adds the kernels to `runtime.kernels.KERNELS`, the
 table both NumPy executors use.
 
-Attention rows whose every key is masked out have no softmax: their output is NaN, as
-torch's math kernel and MLX give (IEEE: 0/0), never a silent zero.
+An attention row whose every key is masked out (a bool mask row with no True, an
+additive mask row of -inf, a causal query before the first key when S < L) has no
+softmax; its output is 0, as torch gives (its math kernel's `_safe_softmax`).
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ def attention_scores(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
 def _sdpa(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     scores = attention_scores(node, args)
     top = scores.max(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore"):  # a fully masked row: -inf - -inf = NaN, kept
-        probs = np.exp(scores - top)
-        probs /= probs.sum(axis=-1, keepdims=True)
+    dead = np.isneginf(top)  # every key masked: the row's output is 0 (torch's rule)
+    probs = np.exp(scores - np.where(dead, 0.0, top))
+    probs /= np.where(dead, 1.0, probs.sum(axis=-1, keepdims=True))
     v = _wide(args[2])
     v = np.repeat(v, scores.shape[1] // v.shape[1], axis=1)
     return _result(node, probs @ v)
