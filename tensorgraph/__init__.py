@@ -97,6 +97,13 @@ from tensorgraph.ir.dtypes import (
     int64,
     uint8,
 )
+from tensorgraph.ir.fused import (
+    group_norm,
+    layer_norm,
+    rms_norm,
+    rope,
+    scaled_dot_product_attention,
+)
 from tensorgraph.ir.graph import Graph
 
 __version__ = "0.1.0"

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from tensorgraph.errors import DTypeError, GraphError, ShapeError
 from tensorgraph.ir.dtypes import DType, bool_
 from tensorgraph.ir.ops import AttrSpec, OpDef, Operand, register
-from tensorgraph.ir.shapes import Shape, broadcast_shapes, numel
+from tensorgraph.ir.shapes import Shape, numel
 
 if TYPE_CHECKING:
     from tensorgraph.ir.tensor import Tensor
@@ -78,7 +78,7 @@ def _optional(xs: Sequence[Operand], attrs: Mapping, required: int, op: str) -> 
 def _affine(params: Sequence[Operand], size: int, what: str, op: str) -> None:
     for p in params:
         if p.shape != (size,):
-            raise ShapeError(f"{op}: {p.label} {p.shape} must be ({size},), the {what}")
+            raise ShapeError(f"{p.label} {p.shape} must be ({size},), the {what}")
 
 
 # ---------------------------------------------------------------- attention
@@ -110,7 +110,10 @@ def infer_sdpa(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
         if attrs["causal"]:
             raise ShapeError(f"both causal=True and an array mask {mask}: pass one of them")
         target = (b, h, length, s)
-        if len(mask.shape) > 4 or broadcast_shapes(mask.shape, target) != target:
+        fits = len(mask.shape) <= 4 and all(
+            m in (1, t) for m, t in zip(reversed(mask.shape), reversed(target), strict=False)
+        )
+        if not fits:
             raise ShapeError(f"mask {mask} does not broadcast to the scores {target}")
     return (b, h, length, dv), dtype
 
@@ -215,7 +218,13 @@ register(
 )
 register(
     OpDef(
-        "rms_norm", 1, 2, infer_rms_norm, _EPS, category="normalization", workspace=workspace_rms_norm
+        "rms_norm",
+        1,
+        2,
+        infer_rms_norm,
+        _EPS,
+        category="normalization",
+        workspace=workspace_rms_norm,
     )
 )
 register(

@@ -113,9 +113,7 @@ class Liveness:
         `step`: what a schedule or a graph change can shrink. A workspace live there is
         fixed by its node's step; `workspace_at` lists it."""
         return [
-            b
-            for b in self.buffers
-            if b.start <= step < b.end and not isinstance(b.id, WorkspaceId)
+            b for b in self.buffers if b.start <= step < b.end and not isinstance(b.id, WorkspaceId)
         ]
 
     def workspace_at(self, step: int) -> list[Buffer]:

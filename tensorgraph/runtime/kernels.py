@@ -364,4 +364,6 @@ def evaluate(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
         if result.dtype != target:
             return result.astype(target, order="C")
     return result if _is_fresh(result, args) else np.array(result, order="C", copy=True)
+
+
 from tensorgraph.runtime import fused_kernels  # noqa: E402, F401  (adds the fused ops to KERNELS)

@@ -12,6 +12,7 @@ import tensorgraph as tg
 from tensorgraph.ir.ops import OPS
 from tensorgraph.runtime.kernels import KERNELS
 from tests.ir import (
+    test_fused,
     test_ops_conv_pool,
     test_ops_elementwise,
     test_ops_generators,
@@ -36,6 +37,7 @@ TABLES = (
     test_ops_layout,
     test_ops_generators,
     test_ops_conv_pool,
+    test_fused,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand
