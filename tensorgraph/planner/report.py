@@ -6,7 +6,8 @@ lower bound vs no reuse), the largest buffers by offset, then the buffers live a
 peak step with the ops that make them and the ops that last read them: that list is
 what a user must change to shrink the arena. Workspace buffers (scratch a fused op
 declares for its step) appear as `ws %n` with their op, and the summary totals them.
-Every line fits in `WIDTH` characters; long tables show the `top` largest rows and say how many more there are.
+Every line fits in `WIDTH` characters; long tables show the `top` largest rows and say
+how many more there are.
 """
 
 from __future__ import annotations
