@@ -24,9 +24,12 @@ Semantics (the NumPy kernels in `runtime.fused_kernels` are their definition):
 Optional operands are inputs after the required ones; `has_weight` / `has_bias`
 attributes say which are present, so the input list is unambiguous. Workspace (bytes
 an unfused backend materialises during the step, see `ops.workspace_bytes`): SDPA's
-(B, H, L, S) scores in the inputs' dtype; float32 mean and reciprocal deviation per
-normalised row or group (one value per row for rms_norm); rope's float32 cos and sin
-tables, (L, dims/2) each.
+(B, H, L, S) scores and softmax probabilities, both in the inputs' dtype and live
+together during the softmax (MLX's CPU fallback peaks at exactly that beside its result
+with a mask); float32 mean and reciprocal deviation per normalised row or group (one
+value per row for rms_norm); rope's float32 cos and sin tables, (L, dims/2) each, plus
+one product of the rotated features (x*cos is held while rotate(x)*sin is formed; the
+other product can be the result's own bytes).
 """
 
 from __future__ import annotations
@@ -120,7 +123,7 @@ def infer_sdpa(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
 
 def workspace_sdpa(xs: Sequence[Operand], attrs: Mapping, shape: Shape, dtype: DType) -> int:
     b, h, length, _ = shape
-    return b * h * length * xs[1].shape[2] * dtype.itemsize
+    return 2 * b * h * length * xs[1].shape[2] * dtype.itemsize  # scores, probabilities
 
 
 # ---------------------------------------------------------------- normalisations
@@ -189,7 +192,9 @@ def infer_rope(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
 
 
 def workspace_rope(xs: Sequence[Operand], attrs: Mapping, shape: Shape, dtype: DType) -> int:
-    return 2 * shape[-2] * (attrs["dims"] // 2) * STAT_BYTES  # cos and sin tables
+    tables = 2 * shape[-2] * (attrs["dims"] // 2) * STAT_BYTES  # cos and sin, float32
+    products = numel(shape[:-1]) * attrs["dims"] * dtype.itemsize  # x*cos beside rot(x)*sin
+    return tables + products
 
 
 _EPS = {"eps": AttrSpec("float", 1e-5)}

@@ -69,7 +69,7 @@ def test_attention_matches_the_oracle(
     check(build, q, k, v, *extra, **ATTENTION)
 
 
-@settings(max_examples=12)
+@settings(max_examples=6)
 @given(
     shape=st.lists(st.integers(1, 6), min_size=1, max_size=3).map(tuple),
     last=st.integers(1, 24),

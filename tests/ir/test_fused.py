@@ -432,18 +432,19 @@ def test_declared_workspace_in_bytes() -> None:
     x = g.input("x", (3, 4, 10))
     image = g.input("img", (2, 6, 5, 5))
     expected = {
-        # (B, H, L, S) scores in the inputs' dtype: 2*8*5*7 floats of 4 bytes
-        tg.scaled_dot_product_attention(q, k, k): 2 * 8 * 5 * 7 * 4,
-        # float16 attention keeps float16 scores: 1*4*3*3 * 2 bytes
-        tg.scaled_dot_product_attention(half, half, half): 36 * 2,
+        # (B, H, L, S) scores and probabilities in the inputs' dtype: 2 * 2*8*5*7 * 4 bytes
+        tg.scaled_dot_product_attention(q, k, k): 2 * (2 * 8 * 5 * 7) * 4,
+        # float16 attention keeps float16 scores: 2 * 1*4*3*3 * 2 bytes
+        tg.scaled_dot_product_attention(half, half, half): 2 * 36 * 2,
         # mean and 1/std per row, float32: 12 rows
         tg.layer_norm(x): 2 * 12 * 4,
         # 1/rms per row
         tg.rms_norm(x): 12 * 4,
         # mean and 1/std per (sample, group): 2 * 3 groups
         tg.group_norm(image, 3): 2 * 2 * 3 * 4,
-        # cos and sin tables, (L, dims / 2) each: L = 4, dims = 6
-        tg.rope(x, 6): 2 * 4 * 3 * 4,
+        # cos and sin tables, (L, dims / 2) float32 each: L = 4, dims = 6; plus one
+        # product of the rotated features, 3*4 rows of 6 float32
+        tg.rope(x, 6): 2 * 4 * 3 * 4 + 3 * 4 * 6 * 4,
     }
     for tensor, nbytes in expected.items():
         assert workspace_bytes(tensor.node, g) == nbytes, tensor
