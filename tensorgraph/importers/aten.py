@@ -438,3 +438,6 @@ def _avg_pool2d(
         padding if isinstance(padding, int) else tuple(padding),
         count_include_pad,
     )
+
+
+from tensorgraph.importers import aten_fused  # noqa: E402, F401  (attention and norm handlers)
