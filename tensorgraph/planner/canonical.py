@@ -11,8 +11,9 @@ solution whenever one exists. Pruning, each sound for canonical solutions:
 1. monotonic section inference: every unplaced buffer will sit at or above the current
    offset, and buffers live in the same section (an interval between lifetime
    endpoints) stack, so for each section `max(offset, floor) + unplaced bytes` must fit;
-   a section's floor is the top of its placed buffers, raised to the lowest minimum
-   offset of its unplaced buffers (minimum offsets only grow, so nothing sits lower);
+   a section's floor is the lowest minimum offset of its unplaced buffers (minimum
+   offsets only grow, so nothing sits lower; the placed buffers of the section overlap
+   every unplaced one there, so their tops are at or below it);
 2. dominance: a candidate whose offset is at or above some unplaced buffer's
    `min offset + size` would leave a gap that buffer fits in: skip it; and when a
    placement that raised no other buffer's minimum offset fails (the buffer is
@@ -38,10 +39,13 @@ import numpy as np
 
 from tensorgraph.planner.buffers import Buffer, align_up
 
+_MIN, _MAX, _ALL = np.minimum.reduce, np.maximum.reduce, np.logical_and.reduce
 PLACED = np.iinfo(np.int64).max  # a placed buffer's min offset: above every real offset
 # Work units (see planner.search.Work) the search charges:
-NODE_UNITS = 8  # a search node, plus a unit per SCAN buffers of its partition it scans
-SCAN = 64  # and per SCAN entries of the section rows whose floors a placement recomputes
+NODE_UNITS = 25  # a search node (a dozen numpy calls), plus a unit per SCAN buffers
+SCAN = 128  # of its partition it scans;
+PLACE_UNITS = 12  # a placement tried, plus a unit per ROWS entries of the section rows
+ROWS = 512  # whose floors it recomputes (one C-level gather and reduction);
 KEY_UNITS = 3  # a partition's preorder: KEY_UNITS per member
 
 KEYS = {
@@ -109,7 +113,6 @@ class Problem:
         np.add.at(delta, self.lo_np, self.size[:n])
         np.add.at(delta, self.hi_np, -self.size[:n])
         self.total = np.cumsum(delta)[:count]  # unplaced bytes per section
-        self.floor = np.zeros(count, dtype=np.int64)
         crossing = np.zeros(count + 1, dtype=np.int64)
         np.add.at(crossing, self.lo_np, 1)
         np.add.at(crossing, np.maximum(self.hi_np - 1, self.lo_np), -1)
@@ -180,10 +183,10 @@ class Problem:
         # parent's check), so with the floor lifted to a candidate's offset the test is
         # `offset + unplaced bytes <= capacity` in every section, placing the candidate
         # included (its sections gain `size` of floor and lose `size` of unplaced bytes).
-        min_height = int((mo[unplaced] + self.size[ranked][unplaced]).min())
-        limit = min(min_height - 1, self.capacity - int(self.total[lo:hi].max()))
+        min_height = int(_MIN(mo[unplaced] + self.size[ranked[unplaced]]))
+        limit = min(min_height - 1, self.capacity - int(_MAX(self.total[lo:hi])))
         ok = unplaced & (mo >= last_offset) & (mo <= limit)
-        ranks = np.flatnonzero(ok)
+        ranks = ok.nonzero()[0]
         if not len(ranks):
             return False
         ranks = ranks[np.argsort(mo[ranks], kind="stable")]  # by (offset, rank)
@@ -204,7 +207,7 @@ class Problem:
         b raises no other unplaced buffer's minimum offset (nothing sits over it yet)."""
         size = int(self.size[b])
         top = off + size
-        min_offset, floor, total = self.min_offset, self.floor, self.total
+        min_offset, total, capacity = self.min_offset, self.total, self.capacity
         b_lo, b_hi = self.lo[b], self.hi[b]
         # Placed buffers have min offset PLACED, so `< top` selects unplaced ones only.
         overlaps = self.overlaps[b]
@@ -213,23 +216,25 @@ class Problem:
         own_min = int(min_offset[b])
         min_offset[b] = PLACED
         min_offset[raised] = align_up(top, self.alignment)
-        # Floors: b's sections rest on b now; the sections of the raised buffers may see
-        # their lowest unplaced min offset grow. Recomputing a wider contiguous range than
-        # needed is sound (a floor is only ever raised to a true lower bound) and cheaper.
-        a = b_lo if not len(raised) else min(b_lo, int(self.lo_np[raised].min()))
-        z = b_hi if not len(raised) else max(b_hi, int(self.hi_np[raised].max()))
-        saved_floor = floor[a:z].copy()
-        floor[b_lo:b_hi] = top
         total[b_lo:b_hi] -= size
+        # Section inference. A section's floor is its lowest unplaced min offset (placed
+        # buffers there overlap every unplaced one, so their tops are below it), and only
+        # the sections of b and of the raised buffers changed. The rest passed the
+        # candidate limit (`off + unplaced bytes <= capacity`), and so do sections left
+        # with no unplaced buffer (their lowest, PLACED, is clipped to the capacity).
+        if len(raised):  # only the current partition's sections: solved ones are stale
+            a = min(b_lo, int(_MIN(self.lo_np[raised])))
+            z = max(b_hi, int(_MAX(self.hi_np[raised])))
+        else:
+            a, z = b_lo, b_hi
         rows = self.members[a:z]
-        self.units_left -= rows.size // SCAN
-        lowest = min_offset[rows].min(axis=1)
-        np.maximum(floor[a:z], np.where(lowest == PLACED, 0, lowest), out=floor[a:z])
+        self.units_left -= PLACE_UNITS + rows.size // ROWS
+        lowest = _MIN(min_offset[rows], axis=1)
+        np.minimum(lowest, capacity, out=lowest)
         self.offset[b] = off
         found = False
-        if (np.maximum(floor[a:z], off) + total[a:z] <= self.capacity).all():
+        if _ALL(lowest <= capacity - total[a:z]):
             found = self._decompose(b, off, r, ranked, lo, hi, key)
-        floor[a:z] = saved_floor
         total[b_lo:b_hi] += size
         min_offset[raised] = saved_raised
         min_offset[b] = own_min

@@ -26,11 +26,11 @@ from attrs import frozen
 
 from tensorgraph.errors import PlanError
 from tensorgraph.planner.buffers import INT64_END, Assignment, Buffer, align_up, lower_bound
-from tensorgraph.planner.canonical import Abort, Problem
+from tensorgraph.planner.canonical import KEYS, Abort, Problem
 
 # Preorderings (letters of planner.canonical.KEYS, most significant first): MiniMalloc's
-# three, plus the sections-spanned variant of its first, which suits other instances.
-HEURISTICS = ("TWA", "TAW", "WAT")
+# three (its default), TAW first: it settles the slowest instance, B, where it alone fits.
+HEURISTICS = ("TAW", "TWA", "WAT")
 
 
 def default_budget(count: int) -> int:
@@ -38,6 +38,21 @@ def default_budget(count: int) -> int:
     it reaches the bound): 100,000 plus 40 a buffer, at most 500,000 (about 0.1 s plus
     40 us a buffer, at most 0.5 s, on the reference machine)."""
     return min(500_000, 100_000 + 40 * count)
+
+
+def check_heuristics(heuristics: object) -> tuple[str, ...]:
+    """`heuristics` as a tuple; PlanError naming the value unless it is a non-empty
+    sequence of non-empty strings of the letters of `planner.canonical.KEYS`."""
+    if isinstance(heuristics, str) or not isinstance(heuristics, Sequence) or not heuristics:
+        raise PlanError(
+            f"heuristics must be a non-empty sequence of strings but got {heuristics!r}"
+        )
+    for h in heuristics:
+        if not isinstance(h, str) or not h or set(h) - set(KEYS):
+            raise PlanError(
+                f"heuristic {h!r} must be a non-empty string of the letters {''.join(KEYS)}"
+            )
+    return tuple(heuristics)
 
 
 def check_limits(budget: object, time_limit: object) -> None:
@@ -71,6 +86,7 @@ class Work:
     def __init__(self, budget: int, time_limit: float | None = None) -> None:
         self.budget = budget
         self.spent = 0
+        self.nodes = 0  # exact-search nodes visited (a statistic: budgets count units)
         self.deadline = None if time_limit is None else time.perf_counter() + time_limit
         self.stage_deadline: float | None = None  # the current stage's share of the time
         self.cut_short = False
@@ -120,12 +136,14 @@ class Work:
 class SearchResult:
     """`offsets` of a packing within the capacity (None if none was found);
     `proven_infeasible` is True only when the whole space was searched in vain. `work`:
-    units spent; `cut_short`: the time limit stopped the search before its budget."""
+    units spent; `cut_short`: the time limit stopped the search before its budget;
+    `nodes`: search nodes visited, over every round of the portfolio."""
 
     offsets: dict | None
     proven_infeasible: bool
     work: int = 0
     cut_short: bool = False
+    nodes: int = 0
 
 
 def search_offsets(
@@ -136,29 +154,37 @@ def search_offsets(
     *,
     time_limit: float | None = None,
     progress: Callable[[str], None] | None = None,
+    heuristics: Sequence[str] = HEURISTICS,
 ) -> SearchResult:
     """Place `buffers` within `capacity` bytes (offsets multiples of `alignment`), prove
     it impossible, or give up when `budget` work units (None: `default_budget`) are
     spent or `time_limit` seconds have passed (None: no limit). `progress` gets a line
     at each fresh start of the search (a preordering with a new node limit).
+    `heuristics`: the portfolio of preorderings, run round-robin (strings of the letters
+    of `planner.canonical.KEYS`); any portfolio gives a correct verdict, only the work
+    it takes differs.
 
     Deterministic without a time limit: the same arguments give the same result
-    anywhere. PlanError naming the value on a bad capacity, alignment, budget or time
-    limit."""
+    anywhere. PlanError naming the value on a bad capacity, alignment, budget, time
+    limit or portfolio."""
     buffers = list(buffers)
     if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
         raise PlanError(f"capacity must be an int >= 0 (bytes) but got {capacity!r}")
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1:
         raise PlanError(f"alignment must be a positive integer but got {alignment!r}")
     check_limits(budget, time_limit)
+    heuristics = check_heuristics(heuristics)
     work = Work(default_budget(len(buffers)) if budget is None else budget, time_limit)
 
     def say(line: str) -> None:
         if progress is not None:
             progress(f"{line} (work {work.spent:,} of {work.budget:,})")
 
-    result = decide(buffers, min(capacity, INT64_END - 1), alignment, work, progress=say)
-    return SearchResult(result.offsets, result.proven_infeasible, work.spent, work.cut_short)
+    capacity = min(capacity, INT64_END - 1)
+    result = decide(buffers, capacity, alignment, work, progress=say, heuristics=heuristics)
+    return SearchResult(
+        result.offsets, result.proven_infeasible, work.spent, work.cut_short, work.nodes
+    )
 
 
 def decide(
@@ -169,6 +195,7 @@ def decide(
     ceiling: int | None = None,
     problem: Problem | None = None,
     progress: Callable[[str], None] | None = None,
+    heuristics: Sequence[str] = HEURISTICS,
 ) -> SearchResult:
     """`search_offsets` on a shared `Work`, spending at most up to `ceiling`; `problem`
     (built for the same buffers and alignment) saves rebuilding the section tables."""
@@ -186,7 +213,7 @@ def decide(
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 4 * len(buffers) + 1000))
     try:
-        return _round_robin(problem, work, ceiling, progress)
+        return _round_robin(problem, work, ceiling, progress, heuristics)
     finally:
         sys.setrecursionlimit(limit)
 
@@ -211,11 +238,12 @@ def _round_robin(
     work: Work,
     ceiling: int | None,
     progress: Callable[[str], None] | None,
+    heuristics: Sequence[str],
 ) -> SearchResult:
     node_limit = len(problem.buffers)
     while True:
         node_limit *= 2
-        for heuristic in HEURISTICS:
+        for heuristic in heuristics:
             if not work.afford(problem.reset_units, ceiling):
                 return SearchResult(None, False)
             if progress is not None:
@@ -237,6 +265,7 @@ def _round_robin(
                 continue
             finally:
                 work.charge(min(allowance, allowance - problem.units_left))
+                work.nodes += node_limit - max(problem.nodes_left, 0)
             offsets = {
                 b.id: problem.offset[i] if b.size else 0 for i, b in enumerate(problem.buffers)
             }
