@@ -47,9 +47,9 @@ from tensorgraph.planner.buffers import (
     Assignment,
     Buffer,
     align_up,
-    lower_bound,
     peak,
 )
+from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, certified
 from tensorgraph.planner.interval_index import IntervalIndex, Lifetimes
 from tensorgraph.planner.search import Work, check_limits, default_budget, minimize
 
@@ -281,25 +281,17 @@ def greedy_breadth(buffers: Sequence[Buffer], alignment: int) -> Assignment:
     return place_in_order(buffers, by_breadth(Columns.of(buffers)), alignment)
 
 
-def arena_bound(buffers: Sequence[Buffer], alignment: int) -> int:
-    """A lower bound on `arena_size` (the unaligned top) of any aligned assignment.
-
-    At the busiest step every live buffer but the topmost spans at least its aligned
-    size, and the topmost's unused slack is below `alignment`, so the aligned bound less
-    `alignment - 1` holds; so does the plain bound."""
-    if alignment == 1:
-        return lower_bound(buffers, 1)
-    return max(lower_bound(buffers, 1), lower_bound(buffers, alignment) - alignment + 1)
-
-
 def best(
     buffers: Sequence[Buffer],
     alignment: int,
     budget: int | None = None,
     time_limit: float | None = None,
     progress: Callable[[str], None] | None = None,
-) -> Assignment:
-    """The smallest plan found within `budget` work units (see the module docstring).
+) -> CertifiedAssignment:
+    """The smallest plan found within `budget` work units (see the module docstring),
+    with its certificate (`planner.certificate`): optimal when it reaches the lower bound
+    or the exact search proved the arena one byte smaller infeasible, otherwise the
+    range the optimum lies in.
 
     Steps: 1. naive, greedy_size and greedy_breadth always run (so `best` is never worse
     than them, whatever the budget); 2. more orderings while the budget lasts (a pass
@@ -316,9 +308,12 @@ def best(
         if progress is not None:
             progress(f"{line} (work {work.spent:,} of {work.budget:,})")
 
-    def done(plan: Assignment) -> Assignment:
-        say(f"best: arena {plan.arena_size:,} B")
-        return Assignment(plan.offsets, plan.arena_size, work.spent, work.cut_short)
+    def done(plan: Assignment, proven: int | None = None) -> CertifiedAssignment:
+        answer = certified(
+            Assignment(plan.offsets, plan.arena_size, work.spent, work.cut_short), bound, proven
+        )
+        say(f"best: arena {plan.arena_size:,} B, {answer.certificate}")
+        return answer
 
     say(f"best: {len(buffers)} buffers, bound {bound:,} B")
     overflow: PlanError | None = None
@@ -364,7 +359,8 @@ def best(
         work.end_share()
     if incumbent.arena_size > bound and work.afford(1):
         say("exact search")
-        incumbent = minimize(buffers, alignment, incumbent, work, say)
+        minimal = minimize(buffers, alignment, incumbent, work, say)
+        return done(minimal, minimal.proven_infeasible)
     return done(incumbent)
 
 
@@ -449,6 +445,8 @@ def assign_offsets(
 
     `budget` (work units, see `planner.search.Work`; None for `default_budget` of the
     count of non-empty buffers) bounds `best`; its three baselines always run.
+    `best` returns a `CertifiedAssignment` (an Assignment with `bound`,
+    `proven_infeasible`, `certificate`, see `planner.certificate`).
     `time_limit` (seconds, None for none) caps `best` by the clock, and the result's
     `cut_short` says whether it did; `progress` receives `best`'s progress lines. The
     other algorithms ignore all three. Without a time limit the result depends only on
@@ -484,7 +482,10 @@ def assign_offsets(
     else:
         plan = ALGORITHMS[algorithm](full, alignment)
     offsets = {b.id: plan.offsets[b.id] if b.size else 0 for b in buffers}
-    return Assignment(offsets, plan.arena_size, plan.work, plan.cut_short)
+    result = Assignment(offsets, plan.arena_size, plan.work, plan.cut_short)
+    if isinstance(plan, CertifiedAssignment):
+        return certified(result, plan.bound, plan.proven_infeasible)
+    return result
 
 
 def _check_representable(buffers: Sequence[Buffer]) -> None:

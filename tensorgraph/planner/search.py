@@ -27,6 +27,7 @@ from attrs import frozen
 from tensorgraph.errors import PlanError
 from tensorgraph.planner.buffers import INT64_END, Assignment, Buffer, align_up, lower_bound
 from tensorgraph.planner.canonical import KEYS, Abort, Problem
+from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, certified
 
 # Preorderings (letters of planner.canonical.KEYS, most significant first): MiniMalloc's
 # three (its default), TAW first: it settles the slowest instance, B, where it alone fits.
@@ -280,10 +281,11 @@ def minimize_arena(
     *,
     time_limit: float | None = None,
     progress: Callable[[str], None] | None = None,
-) -> Assignment:
+) -> CertifiedAssignment:
     """The smallest packing found within `budget` work units (None: `default_budget`)
-    and `time_limit` seconds (None: no limit), never larger than `incumbent`; its `work`
-    and `cut_short` describe this search alone. `progress` gets a line per attempt."""
+    and `time_limit` seconds (None: no limit), never larger than `incumbent`, with its
+    certificate (`planner.certificate`); its `work` and `cut_short` describe this search
+    alone. `progress` gets a line per attempt."""
     buffers = list(buffers)
     check_limits(budget, time_limit)
     work = Work(default_budget(len(buffers)) if budget is None else budget, time_limit)
@@ -293,7 +295,8 @@ def minimize_arena(
             progress(f"{line} (work {work.spent:,} of {work.budget:,})")
 
     best = minimize(buffers, alignment, incumbent, work, say)
-    return Assignment(best.offsets, best.arena_size, work.spent, work.cut_short)
+    plan = Assignment(best.offsets, best.arena_size, work.spent, work.cut_short)
+    return certified(plan, best.bound, best.proven_infeasible)
 
 
 def minimize(
@@ -302,7 +305,7 @@ def minimize(
     incumbent: Assignment,
     work: Work,
     progress: Callable[[str], None] | None = None,
-) -> Assignment:
+) -> CertifiedAssignment:
     """`minimize_arena` on a shared `Work`.
 
     First a try at the lower bound with three quarters of the work left (success there
@@ -310,14 +313,28 @@ def minimize(
     the largest capacity given up on and the best packing so far, each attempt with a
     quarter of the work left: a capacity the search cannot settle in its share counts as
     too tight, so the bisection keeps moving and every attempt that succeeds shrinks the
-    incumbent. Every attempt charges at least its fresh start, so the loop ends."""
+    incumbent. Every attempt charges at least its fresh start, so the loop ends.
+
+    Certificate: the largest capacity an attempt proved infeasible, C, bounds the arena
+    of any plan. The search packs aligned sizes; in a plan with arena T every buffer's
+    aligned extent ends at `offset + align_up(size) = align_up(offset + size) <=
+    align_up(T)` (offsets are multiples of the alignment), so the plan fits capacity
+    `align_up(T)`. Hence every plan has `align_up(T) > C`, that is `T > C` rounded down
+    to a multiple of the alignment: the `proven_infeasible` reported."""
     best = incumbent
+    bound = arena_bound(buffers, alignment)
     low = lower_bound(buffers, alignment)
+    proven: int | None = None
+
+    def answer() -> CertifiedAssignment:
+        top = None if proven is None else proven // alignment * alignment
+        return certified(best, bound, top)
+
     if best.arena_size <= low or low >= INT64_END:
-        return best
+        return answer()
     problem = _problem(buffers, alignment, work, None)
     if problem is None:
-        return best
+        return answer()
     first = True
     while low < best.arena_size and work.afford(problem.reset_units):
         capacity = low if first else (low + best.arena_size) // 2
@@ -333,6 +350,8 @@ def minimize(
         else:
             low = capacity + 1
             verdict = "infeasible" if result.proven_infeasible else "not settled"
+            if result.proven_infeasible:
+                proven = capacity if proven is None else max(proven, capacity)
         if progress is not None:
             progress(f"exact search at capacity {capacity:,}: {verdict}")
-    return best
+    return answer()
