@@ -50,12 +50,15 @@ from tensorgraph.planner.buffers import (
     peak,
 )
 from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, certified
+from tensorgraph.planner.improve import repair
 from tensorgraph.planner.interval_index import IntervalIndex, Lifetimes
 from tensorgraph.planner.search import Work, check_limits, default_budget, minimize
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
-IMPROVE_SHARE = 10  # reordering gets 1/IMPROVE_SHARE of the work left; exact search the rest
+ORDERS_SHARE = 2  # after the baselines, more orders get 1/ORDERS_SHARE of the work left,
+IMPROVE_SHARE = 10  # reordering 1/IMPROVE_SHARE of the rest,
+REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest; exact search the rest
 # Work units (about a microsecond each on the reference machine, see planner.search):
 PLACE_UNITS = 8  # per buffer a placement pass places (interval index query, bookkeeping)
 NEAR = 2  # plus one per NEAR placed neighbours its gap search sorts and scans
@@ -327,9 +330,13 @@ def best(
     lifetimes, columns = Lifetimes.of(buffers), Columns.of(buffers)
     best_order: list[int] | None = None
     cost = 0  # of the last placement pass: what the next one is expected to cost
+    orders_ceiling: int | None = None
     for make in BASELINES + MORE_ORDERS:
-        if make not in BASELINES and not work.afford(cost):
-            break  # the last pass's cost is the estimate of the next
+        if make not in BASELINES:
+            if orders_ceiling is None:  # more orders may take 1/ORDERS_SHARE of what is left
+                orders_ceiling = work.spent + work.left() // ORDERS_SHARE
+            if not work.afford(cost, orders_ceiling):
+                break  # the last pass's cost is the estimate of the next
         order = make(columns)
         baseline = make in BASELINES
         try:
@@ -355,6 +362,18 @@ def best(
         say("reordering the buffers at the arena top")
         incumbent = _improve(
             buffers, best_order, incumbent, alignment, bound, lifetimes, work, ceiling, say
+        )
+    work.end_share()
+    if incumbent.arena_size > bound and work.afford(1):
+        ceiling = work.share(1, REPAIR_SHARE)
+        say("repairing the packing around its top")
+        incumbent = repair(
+            buffers,
+            incumbent,
+            alignment,
+            lambda units: work.afford(units, ceiling),
+            work.charge,
+            say,
         )
         work.end_share()
     if incumbent.arena_size > bound and work.afford(1):
