@@ -28,9 +28,11 @@ import numpy as np
 from tensorgraph.planner.buffers import INT64_END, Assignment, Buffer
 
 # Work units (about a microsecond each on the reference machine, see planner.search):
-PLACE_UNITS = 20  # per buffer re-placed (a dozen numpy calls), plus a unit per SCAN
-SCAN = 128  # buffers of its vectorised neighbour scan;
+PLACE_UNITS = 25  # per buffer re-placed (a dozen numpy calls), plus a unit per SCAN
+SCAN = 128  # buffers of its vectorised neighbour scan (those around the band);
 STEP_UNITS = 40  # per step (finding the band), plus three units per SCAN buffers
+SHUFFLES = 2  # seeded random orders tried per step, after the three fixed ones
+RINGS = 2  # times a stuck culprit's time window widens to its neighbours' lifetimes
 
 
 def repair(
@@ -54,6 +56,7 @@ def repair(
     if int((offset + size).max()) != plan.arena_size or 2 * int(size.sum()) >= INT64_END:
         return plan  # not a packing of these buffers, or sums that int64 could not hold
     orders = (_culprit_first, _largest_first, _earliest_first)
+    rng = np.random.default_rng(0)  # seeded: the shuffled orders repeat run to run
     improved = False
     tried: set[int] = set()
     step_units = STEP_UNITS + 3 * n // SCAN
@@ -64,38 +67,46 @@ def repair(
         if not culprits:
             break
         c = culprits[0]
-        band = int(size[c])
+        band, ring = int(size[c]), 0
+        low, up = int(start[c]), int(end[c])  # the time window of the neighbourhood
         kept = False
         while not kept:
             if not afford(step_units):
                 return _result(buffers, offset, plan, improved)
             charge(step_units)
-            live = (start < end[c]) & (start[c] < end) & (high > top - band)
-            chosen = np.flatnonzero(live)
-            for order in orders:
-                sequence = order(chosen, c, size, start)
-                cost = _cost(sequence, start, end)
+            chosen = np.flatnonzero((start < up) & (low < end) & (high > top - band))
+            sequences = [order(chosen, c, size, start) for order in orders]
+            sequences += [rng.permutation(chosen).tolist() for _ in range(SHUFFLES)]
+            # Every buffer that can conflict with a chosen one: it overlaps their span.
+            around = np.flatnonzero((start < end[chosen].max()) & (start[chosen].min() < end))
+            for sequence in sequences:
+                cost = len(sequence) * (PLACE_UNITS + len(around) // SCAN)
                 if not afford(cost):
                     return _result(buffers, offset, plan, improved)
                 charge(cost)
                 saved = offset[chosen].copy()
-                _replace(sequence, offset, size, start, end, alignment)
+                _replace(sequence, around, offset, size, start, end, alignment)
                 new_high = offset + size
                 new_top = int(new_high.max())
                 count = int((new_high == new_top).sum())
                 if new_top < top or (new_top == top and count < int((high == top).sum())):
                     kept = improved = True
-                    if say is not None and new_top < top:
-                        say(f"repair: arena {new_top:,} B")
                     if new_top < top:
                         tried.clear()
+                        if say is not None:
+                            say(f"repair: arena {new_top:,} B")
                     break
                 offset[chosen] = saved
-            if not kept:
-                if band >= top:
-                    tried.add(c)
-                    break
+            if kept:
+                break
+            if band < top:
                 band = min(2 * band, top)
+            elif ring < RINGS:  # widen the window to the lifetimes of the whole band
+                ring, band = ring + 1, int(size[c])
+                low, up = int(start[chosen].min()), int(end[chosen].max())
+            else:
+                tried.add(c)
+                break
     return _result(buffers, offset, plan, improved)
 
 
@@ -122,14 +133,9 @@ def _earliest_first(chosen: np.ndarray, c: int, size: np.ndarray, start: np.ndar
     return chosen[np.lexsort((chosen, -size[chosen], start[chosen]))].tolist()
 
 
-def _cost(sequence: list, start: np.ndarray, end: np.ndarray) -> int:
-    """Work units of re-placing `sequence`: PLACE_UNITS each (a dozen numpy calls),
-    plus a unit per SCAN buffers of its vectorised neighbour scan."""
-    return len(sequence) * (PLACE_UNITS + len(start) // SCAN)
-
-
 def _replace(
     sequence: list,
+    around: np.ndarray,
     offset: np.ndarray,
     size: np.ndarray,
     start: np.ndarray,
@@ -137,13 +143,17 @@ def _replace(
     alignment: int,
 ) -> None:
     """Lift `sequence` out of the packing, then place each, in order, at the lowest
-    aligned offset where it misses every placed buffer it overlaps in time."""
-    placed = np.ones(len(offset), dtype=bool)
-    placed[sequence] = False
+    aligned offset where it misses every placed buffer it overlaps in time (all of
+    them are in `around`, which holds the sequence too)."""
+    placed = np.ones(len(around), dtype=bool)
+    placed[np.searchsorted(around, sequence)] = False
+    near_start, near_end, near_size = start[around], end[around], size[around]
     for i in sequence:
-        near = np.flatnonzero(placed & (start < end[i]) & (start[i] < end))
-        offset[i] = _lowest_fit(offset[near], offset[near] + size[near], int(size[i]), alignment)
-        placed[i] = True
+        mask = placed & (near_start < end[i]) & (start[i] < near_end)
+        near = around[mask]
+        lows = offset[near]
+        offset[i] = _lowest_fit(lows, lows + near_size[mask], int(size[i]), alignment)
+        placed[np.searchsorted(around, i)] = True
 
 
 def _lowest_fit(lows: np.ndarray, highs: np.ndarray, size: int, step: int) -> int:
