@@ -15,9 +15,11 @@ decision about the others.
   then id order (TensorFlow Lite / ExecuTorch's greedy);
 - `greedy_breadth`: by birth step, largest first within a step;
 - `best`: the three above, more orderings while its work budget lasts, an improvement
-  search that moves the buffers touching the arena top earlier in the order, then, above
-  the lower bound, the exact search of `planner.search`; never worse than the three, and
-  it stops as soon as a plan reaches the lower bound.
+  search that moves the buffers touching the arena top earlier in the order, a repair
+  search that re-places the buffers around the top (`planner.improve`), then, above the
+  lower bound, the exact search of `planner.search`; never worse than the three, and
+  it stops as soon as a plan reaches the lower bound. Its plan carries a certificate
+  (`planner.certificate`): optimal, or the range the optimum lies in.
 
 `best` is deterministic: its budget counts work units (`planner.search.Work`: a buffer
 placed in a placement pass costs PLACE_UNITS plus a unit per NEAR neighbours its gap
@@ -297,10 +299,12 @@ def best(
     range the optimum lies in.
 
     Steps: 1. naive, greedy_size and greedy_breadth always run (so `best` is never worse
-    than them, whatever the budget); 2. more orderings while the budget lasts (a pass
-    starts when the last pass's cost is left, and is dropped if the budget runs out
-    within it); 3. iterated reordering with 1/IMPROVE_SHARE of the work (and, under a
-    time limit, of the time) left; 4. `search.minimize` with the rest. Any step that
+    than them, whatever the budget); 2. more orderings with 1/ORDERS_SHARE of the work
+    left (a pass starts when the last pass's cost is left, and is dropped if the budget
+    runs out within it); 3. iterated reordering with 1/IMPROVE_SHARE of the work (and,
+    under a time limit, of the time) left; 4. the repair search around the arena top
+    (`planner.improve`) with 1/REPAIR_SHARE of the rest; 5. `search.minimize` (exact
+    search, bisecting capacities towards the bound) with the rest. Any step that
     reaches the lower bound ends the run. `progress` gets a line as each step starts and
     for each smaller arena found. An order whose placement would pass 2**63 bytes is
     dropped; PlanError (naming a buffer) only when every one would."""
