@@ -32,6 +32,7 @@ from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, ce
 # Preorderings (letters of planner.canonical.KEYS, most significant first): MiniMalloc's
 # three (its default), TAW first: it settles the slowest instance, B, where it alone fits.
 HEURISTICS = ("TAW", "TWA", "WAT")
+FIRST_SHARE = 2  # quarters of its work `minimize` spends on its first try, at the bound
 
 
 def default_budget(count: int) -> int:
@@ -308,8 +309,10 @@ def minimize(
 ) -> CertifiedAssignment:
     """`minimize_arena` on a shared `Work`.
 
-    First a try at the lower bound with three quarters of the work left (success there
-    is optimal, and most real instances have a packing there), then bisection between
+    First a try at the lower bound with FIRST_SHARE quarters of the work left (success
+    there is optimal, and most real instances have a packing there; half, not more, so
+    that an instance whose optimum is above the bound, as MiniMalloc's D, keeps enough
+    for the bisection to reach its capacity), then bisection between
     the largest capacity given up on and the best packing so far, each attempt with a
     quarter of the work left: a capacity the search cannot settle in its share counts as
     too tight, so the bisection keeps moving and every attempt that succeeds shrinks the
@@ -338,7 +341,7 @@ def minimize(
     first = True
     while low < best.arena_size and work.afford(problem.reset_units):
         capacity = low if first else (low + best.arena_size) // 2
-        ceiling = max(work.share(3 if first else 1, 4), work.spent + problem.reset_units)
+        ceiling = max(work.share(FIRST_SHARE if first else 1, 4), work.spent + problem.reset_units)
         first = False
         result = decide(buffers, capacity, alignment, work, ceiling, problem)
         work.end_share()
