@@ -65,6 +65,25 @@ class Abort(Exception):
         self.reason = reason
 
 
+def setup_units(buffers: Sequence[Buffer]) -> int:
+    """Work units of building a `Problem` for `buffers`, computed without building it
+    (a numpy sweep): a unit per 4 entries of the section lists and per 16 cells of the
+    padded section matrix (sections x the most buffers live in one section), so a
+    caller can refuse a matrix its budget cannot pay for before allocating it."""
+    if not buffers:
+        return 1
+    starts = np.fromiter((b.start for b in buffers), np.int64, len(buffers))
+    ends = np.fromiter((b.end for b in buffers), np.int64, len(buffers))
+    points = np.unique(np.concatenate([starts, ends]))
+    lo, hi = np.searchsorted(points, starts), np.searchsorted(points, ends)
+    delta = np.zeros(len(points) + 1, np.int64)
+    np.add.at(delta, lo, 1)
+    np.add.at(delta, hi, -1)
+    load = int(np.cumsum(delta).max())
+    cells = max(len(points) - 1, 1) * load
+    return int((hi - lo).sum()) // 4 + cells // 16 + len(buffers) + 1
+
+
 class Problem:
     """Buffers in section coordinates, plus the mutable search state. Build once per
     buffer set and alignment; `capacity`, the limits and `reset()` per decision."""
@@ -90,7 +109,7 @@ class Problem:
             for s in range(lo[i], hi[i]):
                 members[s].append(i)
         load = max(map(len, members), default=0)
-        self.members = np.full((count, max(load, 1)), n, dtype=np.int64)  # n: sentinel
+        self.members = np.full((count, max(load, 1)), n, dtype=np.int32)  # n: sentinel
         for s, row in enumerate(members):
             self.members[s, : len(row)] = row
         self.overlaps: list[np.ndarray] = []
@@ -98,8 +117,7 @@ class Problem:
             seen = set(itertools.chain.from_iterable(members[lo[i] : hi[i]]))
             seen.discard(i)
             self.overlaps.append(np.array(sorted(seen), dtype=np.int64))
-        widths = sum(h - low for low, h in zip(lo, hi, strict=True))
-        self.setup_units = (widths + sum(map(len, self.overlaps))) // 4 + 1
+        self.setup_units = setup_units(buffers)
         self.reset_units = n + count // 4 + 1
         self.nodes_left = 0  # of this round (the round-robin's node limit)
         self.units_left = 0  # of the work allowance

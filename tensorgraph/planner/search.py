@@ -26,7 +26,7 @@ from attrs import frozen
 
 from tensorgraph.errors import PlanError
 from tensorgraph.planner.buffers import INT64_END, Assignment, Buffer, align_up, lower_bound
-from tensorgraph.planner.canonical import KEYS, Abort, Problem
+from tensorgraph.planner.canonical import KEYS, Abort, Problem, setup_units
 from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, certified
 
 # Preorderings (letters of planner.canonical.KEYS, most significant first): MiniMalloc's
@@ -227,12 +227,12 @@ def _problem(
     than is left or the time limit has passed."""
     if not work.afford(1, ceiling):
         return None
-    problem = Problem(buffers, alignment)
-    if not work.afford(problem.setup_units, ceiling):
+    units = setup_units(buffers)  # before building: the tables may be large
+    if not work.afford(units, ceiling):
         work.charge(work.left(ceiling))
         return None
-    work.charge(problem.setup_units)
-    return problem
+    work.charge(units)
+    return Problem(buffers, alignment)
 
 
 def _round_robin(
