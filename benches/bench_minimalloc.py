@@ -1,11 +1,13 @@
 """Every offset algorithm on the MiniMalloc benchmark instances (../shared/bench).
 
 Prints per instance and algorithm: arena, arena / lower bound, whether it fits the
-capacity in the file name, the time, and the work units spent; then min / median / max
-ratios per algorithm. `best` gets --budget work units per instance (about a microsecond
-each on the 2-core reference machine; `--budget default` for its default budget), and
-optionally a wall-clock cap (--time-limit, seconds). Without a time limit the arenas are
-the same on every run and machine; only the seconds vary.
+capacity in the file name, the time, and the work units spent; `best`'s certificate;
+then a `search` row: the exact decision search at the file's capacity (MiniMalloc's
+problem), with its search nodes. Then min / median / max ratios per algorithm. `best`
+and the search get --budget work units per instance (about a microsecond each on the
+2-core reference machine; `--budget default` for the default budget), and optionally a
+wall-clock cap (--time-limit, seconds). Without a time limit the arenas are the same on
+every run and machine; only the seconds vary.
 
     python benches/bench_minimalloc.py [--budget 60000000] [--time-limit S] [--only A,B]
 """
@@ -19,6 +21,8 @@ from pathlib import Path
 
 from tensorgraph.planner import assign_offsets, lower_bound, read_minimalloc_csv
 from tensorgraph.planner.assign import ALGORITHMS
+from tensorgraph.planner.buffers import Assignment
+from tensorgraph.planner.search import search_offsets
 from tensorgraph.planner.verify import verify_assignment
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "bench" / "minimalloc"
@@ -39,6 +43,8 @@ def main() -> None:
         files = [f for f in files if f.name.split(".")[0] in args.only.split(",")]
     ratios: dict[str, list[float]] = {name: [] for name in ALGORITHMS}
     seconds_of: dict[str, list[float]] = {name: [] for name in ALGORITHMS}
+    search_seconds: list[float] = []
+    solved = 0
     print(
         f"{'instance':<16} {'algorithm':<15} {'arena':>10} {'arena/LB':>9} {'fits':>5} "
         f"{'seconds':>8} {'work':>11}"
@@ -65,7 +71,26 @@ def main() -> None:
                 f"{seconds:>8.2f} {plan.work:>11,}{cut}",
                 flush=True,
             )
-    print("\nratio to the lower bound over all instances (min / median / max), total seconds:")
+            if name == "best":
+                print(f"{'':<16} {'':<15} certificate: {plan.certificate}")
+        began = time.perf_counter()
+        result = search_offsets(buffers, capacity, 1, args.budget, time_limit=args.time_limit)
+        seconds = time.perf_counter() - began
+        if result.offsets is not None:
+            top = max(result.offsets[b.id] + b.size for b in buffers)
+            verify_assignment(buffers, Assignment(result.offsets, top))
+            verdict = f"{top:>10} {top / bound:>9.4f} {'yes':>5}"
+        else:
+            verdict = f"{'-':>10} {'-':>9} {'no' if result.proven_infeasible else '?':>5}"
+        search_seconds.append(seconds)
+        solved += result.offsets is not None
+        print(
+            f"{path.name:<16} {'search':<15} {verdict} {seconds:>8.2f} {result.work:>11,} "
+            f"({result.nodes:,} nodes)",
+            flush=True,
+        )
+    print(f"\nsearch at capacity: {solved} of {len(files)} fit, {sum(search_seconds):.1f} s in all")
+    print("ratio to the lower bound over all instances (min / median / max), total seconds:")
     for name, values in ratios.items():
         print(
             f"  {name:<15} {min(values):.4f} / {statistics.median(values):.4f} / "

@@ -242,6 +242,7 @@ def cmd_plan_csv(args: argparse.Namespace) -> int:
     ran out first). Either way the offsets are verified before anything is written."""
     from tensorgraph.planner.assign import assign_offsets
     from tensorgraph.planner.buffers import lower_bound, read_minimalloc_csv
+    from tensorgraph.planner.certificate import CertifiedAssignment
     from tensorgraph.planner.verify import verify_assignment
 
     path = Path(args.file)
@@ -268,6 +269,8 @@ def cmd_plan_csv(args: argparse.Namespace) -> int:
         f"{bound:,}, ratio {ratio:.4f}, {args.algorithm} in {seconds:.3f} s, "
         f"work {plan.work:,} units{_cut_note(plan.cut_short)} (verified)"
     )
+    if isinstance(plan, CertifiedAssignment):
+        print(f"certificate: {plan.certificate}")
     parts = path.name.split(".")
     if len(parts) >= 3 and parts[-2].isdigit():
         capacity = int(parts[-2])

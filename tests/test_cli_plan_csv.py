@@ -2,6 +2,7 @@
 subprocess, or `cli.main` in-process where a module setting must change): budgets in work
 units, time limits, capacities, solution files, progress lines, and one-line errors."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -187,6 +188,27 @@ def test_capacity_search_reports_its_fresh_starts(hard, monkeypatch, capsys) -> 
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
     assert f"exact search at capacity {bound:,}" in lines[0]
-    # 250 buffers: the first round allows twice as many nodes, 500, with WAT first.
-    assert "exact search: WAT preorder, up to 500 nodes (work " in lines[1]
+    # 250 buffers: the first round allows twice as many nodes, 500, with TAW first.
+    assert "exact search: TAW preorder, up to 500 nodes (work " in lines[1]
     assert code == (0 if "fits" in captured.out else 1)
+
+
+def test_plan_csv_prints_an_optimal_certificate_at_the_bound(tiny) -> None:
+    # TINY's busiest steps hold two 8-byte buffers (bound 16) and 0 and 2 can share
+    # offset 0 with 1 at 8: a packing at the bound, so `best` proves it optimal.
+    result = tensorgraph("plan-csv", str(tiny))
+    assert result.returncode == 0, result.stderr
+    assert "certificate: optimal (arena 16 B = lower bound)" in result.stdout
+
+
+def test_plan_csv_prints_the_range_of_the_optimum_above_the_bound(hard) -> None:
+    # `hard`: greedy stays above the bound and 20,000 units are far too few for the exact
+    # search to settle the bound, so the certificate is the range [bound, arena].
+    buffers = read_minimalloc_csv(hard)
+    bound = lower_bound(buffers)
+    result = tensorgraph("plan-csv", str(hard), "--budget", "20000")
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.startswith("certificate: "))
+    arena = re.search(r"arena ([\d,]+), lower bound", result.stdout).group(1)
+    assert int(arena.replace(",", "")) > bound
+    assert line.startswith(f"certificate: optimum in [{bound:,}, {arena}] B"), line

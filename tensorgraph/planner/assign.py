@@ -15,9 +15,11 @@ decision about the others.
   then id order (TensorFlow Lite / ExecuTorch's greedy);
 - `greedy_breadth`: by birth step, largest first within a step;
 - `best`: the three above, more orderings while its work budget lasts, an improvement
-  search that moves the buffers touching the arena top earlier in the order, then, above
-  the lower bound, the exact search of `planner.search`; never worse than the three, and
-  it stops as soon as a plan reaches the lower bound.
+  search that moves the buffers touching the arena top earlier in the order, a repair
+  search that re-places the buffers around the top (`planner.improve`), then, above the
+  lower bound, the exact search of `planner.search`; never worse than the three, and
+  it stops as soon as a plan reaches the lower bound. Its plan carries a certificate
+  (`planner.certificate`): optimal, or the range the optimum lies in.
 
 `best` is deterministic: its budget counts work units (`planner.search.Work`: a buffer
 placed in a placement pass costs PLACE_UNITS plus a unit per NEAR neighbours its gap
@@ -47,15 +49,18 @@ from tensorgraph.planner.buffers import (
     Assignment,
     Buffer,
     align_up,
-    lower_bound,
     peak,
 )
+from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, certified
+from tensorgraph.planner.improve import repair
 from tensorgraph.planner.interval_index import IntervalIndex, Lifetimes
 from tensorgraph.planner.search import Work, check_limits, default_budget, minimize
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
-IMPROVE_SHARE = 10  # reordering gets 1/IMPROVE_SHARE of the work left; exact search the rest
+ORDERS_SHARE = 2  # after the baselines, more orders get 1/ORDERS_SHARE of the work left,
+IMPROVE_SHARE = 10  # reordering 1/IMPROVE_SHARE of the rest,
+REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest; exact search the rest
 # Work units (about a microsecond each on the reference machine, see planner.search):
 PLACE_UNITS = 8  # per buffer a placement pass places (interval index query, bookkeeping)
 NEAR = 2  # plus one per NEAR placed neighbours its gap search sorts and scans
@@ -281,31 +286,25 @@ def greedy_breadth(buffers: Sequence[Buffer], alignment: int) -> Assignment:
     return place_in_order(buffers, by_breadth(Columns.of(buffers)), alignment)
 
 
-def arena_bound(buffers: Sequence[Buffer], alignment: int) -> int:
-    """A lower bound on `arena_size` (the unaligned top) of any aligned assignment.
-
-    At the busiest step every live buffer but the topmost spans at least its aligned
-    size, and the topmost's unused slack is below `alignment`, so the aligned bound less
-    `alignment - 1` holds; so does the plain bound."""
-    if alignment == 1:
-        return lower_bound(buffers, 1)
-    return max(lower_bound(buffers, 1), lower_bound(buffers, alignment) - alignment + 1)
-
-
 def best(
     buffers: Sequence[Buffer],
     alignment: int,
     budget: int | None = None,
     time_limit: float | None = None,
     progress: Callable[[str], None] | None = None,
-) -> Assignment:
-    """The smallest plan found within `budget` work units (see the module docstring).
+) -> CertifiedAssignment:
+    """The smallest plan found within `budget` work units (see the module docstring),
+    with its certificate (`planner.certificate`): optimal when it reaches the lower bound
+    or the exact search proved the arena one byte smaller infeasible, otherwise the
+    range the optimum lies in.
 
     Steps: 1. naive, greedy_size and greedy_breadth always run (so `best` is never worse
-    than them, whatever the budget); 2. more orderings while the budget lasts (a pass
-    starts when the last pass's cost is left, and is dropped if the budget runs out
-    within it); 3. iterated reordering with 1/IMPROVE_SHARE of the work (and, under a
-    time limit, of the time) left; 4. `search.minimize` with the rest. Any step that
+    than them, whatever the budget); 2. more orderings with 1/ORDERS_SHARE of the work
+    left (a pass starts when the last pass's cost is left, and is dropped if the budget
+    runs out within it); 3. iterated reordering with 1/IMPROVE_SHARE of the work (and,
+    under a time limit, of the time) left; 4. the repair search around the arena top
+    (`planner.improve`) with 1/REPAIR_SHARE of the rest; 5. `search.minimize` (exact
+    search, bisecting capacities towards the bound) with the rest. Any step that
     reaches the lower bound ends the run. `progress` gets a line as each step starts and
     for each smaller arena found. An order whose placement would pass 2**63 bytes is
     dropped; PlanError (naming a buffer) only when every one would."""
@@ -316,9 +315,12 @@ def best(
         if progress is not None:
             progress(f"{line} (work {work.spent:,} of {work.budget:,})")
 
-    def done(plan: Assignment) -> Assignment:
-        say(f"best: arena {plan.arena_size:,} B")
-        return Assignment(plan.offsets, plan.arena_size, work.spent, work.cut_short)
+    def done(plan: Assignment, proven: int | None = None) -> CertifiedAssignment:
+        answer = certified(
+            Assignment(plan.offsets, plan.arena_size, work.spent, work.cut_short), bound, proven
+        )
+        say(f"best: arena {plan.arena_size:,} B, {answer.certificate}")
+        return answer
 
     say(f"best: {len(buffers)} buffers, bound {bound:,} B")
     overflow: PlanError | None = None
@@ -332,9 +334,13 @@ def best(
     lifetimes, columns = Lifetimes.of(buffers), Columns.of(buffers)
     best_order: list[int] | None = None
     cost = 0  # of the last placement pass: what the next one is expected to cost
+    orders_ceiling: int | None = None
     for make in BASELINES + MORE_ORDERS:
-        if make not in BASELINES and not work.afford(cost):
-            break  # the last pass's cost is the estimate of the next
+        if make not in BASELINES:
+            if orders_ceiling is None:  # more orders may take 1/ORDERS_SHARE of what is left
+                orders_ceiling = work.spent + work.left() // ORDERS_SHARE
+            if not work.afford(cost, orders_ceiling):
+                break  # the last pass's cost is the estimate of the next
         order = make(columns)
         baseline = make in BASELINES
         try:
@@ -361,10 +367,23 @@ def best(
         incumbent = _improve(
             buffers, best_order, incumbent, alignment, bound, lifetimes, work, ceiling, say
         )
+    work.end_share()
+    if incumbent.arena_size > bound and work.afford(1):
+        ceiling = work.share(1, REPAIR_SHARE)
+        say("repairing the packing around its top")
+        incumbent = repair(
+            buffers,
+            incumbent,
+            alignment,
+            lambda units: work.afford(units, ceiling),
+            work.charge,
+            say,
+        )
         work.end_share()
     if incumbent.arena_size > bound and work.afford(1):
         say("exact search")
-        incumbent = minimize(buffers, alignment, incumbent, work, say)
+        minimal = minimize(buffers, alignment, incumbent, work, say)
+        return done(minimal, minimal.proven_infeasible)
     return done(incumbent)
 
 
@@ -449,6 +468,8 @@ def assign_offsets(
 
     `budget` (work units, see `planner.search.Work`; None for `default_budget` of the
     count of non-empty buffers) bounds `best`; its three baselines always run.
+    `best` returns a `CertifiedAssignment` (an Assignment with `bound`,
+    `proven_infeasible`, `certificate`, see `planner.certificate`).
     `time_limit` (seconds, None for none) caps `best` by the clock, and the result's
     `cut_short` says whether it did; `progress` receives `best`'s progress lines. The
     other algorithms ignore all three. Without a time limit the result depends only on
@@ -484,7 +505,10 @@ def assign_offsets(
     else:
         plan = ALGORITHMS[algorithm](full, alignment)
     offsets = {b.id: plan.offsets[b.id] if b.size else 0 for b in buffers}
-    return Assignment(offsets, plan.arena_size, plan.work, plan.cut_short)
+    result = Assignment(offsets, plan.arena_size, plan.work, plan.cut_short)
+    if isinstance(plan, CertifiedAssignment):
+        return certified(result, plan.bound, plan.proven_infeasible)
+    return result
 
 
 def _check_representable(buffers: Sequence[Buffer]) -> None:

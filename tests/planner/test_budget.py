@@ -134,7 +134,7 @@ def test_progress_reports_every_stage_and_each_smaller_arena() -> None:
     lines: list[str] = []
     plan = assign_offsets(buffers, "best", 1, 100_000, progress=lines.append)
     assert lines[0].startswith("best: 200 buffers, bound ")
-    assert lines[-1].startswith(f"best: arena {plan.arena_size:,} B (work ")
+    assert lines[-1].startswith(f"best: arena {plan.arena_size:,} B, {plan.certificate} (work ")
     assert any(line.startswith("order by_size: arena") for line in lines)
     assert any(line.startswith("exact search (work") for line in lines)
     found = [

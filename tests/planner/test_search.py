@@ -3,13 +3,16 @@ optimum and proves the capacity below it infeasible."""
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tensorgraph.errors import PlanError
 from tensorgraph.planner import Buffer, lower_bound, verify_assignment
 from tensorgraph.planner.assign import place_in_order
 from tensorgraph.planner.buffers import Assignment
 from tensorgraph.planner.search import minimize_arena, search_offsets
+from tensorgraph.planner.synthetic import random_buffers
 
 
 @st.composite
@@ -58,3 +61,44 @@ def test_minimize_never_exceeds_the_incumbent(buffers, alignment) -> None:
     verify_assignment(buffers, result, alignment)
     assert lower_bound(buffers) <= result.arena_size <= incumbent.arena_size
     assert result.work <= 10**6 and not result.cut_short
+
+
+# Portfolios: any string of the preorder keys, alone or several round-robin.
+heuristic_strings = st.text(alphabet="WSATZ", min_size=1, max_size=4)
+
+
+@settings(max_examples=40)
+@given(small_sets(), st.lists(heuristic_strings, min_size=1, max_size=3), st.integers(1, 4))
+def test_any_portfolio_settles_the_optimum_and_the_capacity_below(
+    buffers, heuristics, alignment
+) -> None:
+    # The optimum by brute force at alignment 1; with a coarser alignment the same
+    # brute force runs on sizes rounded up (a packing of rounded sizes at aligned offsets
+    # is exactly an aligned packing: each buffer owns its rounded extent).
+    rounded = [Buffer(b.id, -(-b.size // alignment) * alignment, b.start, b.end) for b in buffers]
+    optimum = brute_force_optimum(rounded) if alignment > 1 else brute_force_optimum(buffers)
+    found = search_offsets(buffers, optimum, alignment, 10**7, heuristics=heuristics)
+    assert found.offsets is not None and found.nodes >= 1
+    plan = Assignment(found.offsets, packed_top(buffers, found.offsets))
+    verify_assignment(buffers, plan, alignment)
+    assert plan.arena_size <= optimum
+    below = search_offsets(buffers, optimum - 1, alignment, 10**7, heuristics=heuristics)
+    assert below.offsets is None and below.proven_infeasible
+
+
+@settings(max_examples=15)
+@given(st.integers(0, 10**6), st.integers(0, 3))
+def test_same_budget_same_result(budget, seed) -> None:
+    buffers = random_buffers(60, seed)
+    capacity = lower_bound(buffers)
+    first = search_offsets(buffers, capacity, 1, budget)
+    again = search_offsets(buffers, capacity, 1, budget)
+    assert first == again and first.work <= budget
+    if first.offsets is not None:
+        verify_assignment(buffers, Assignment(first.offsets, packed_top(buffers, first.offsets)))
+
+
+@pytest.mark.parametrize("bad", ["WAT", [], ["WAX"], [""], [3]])
+def test_bad_portfolio_is_a_plan_error(bad) -> None:
+    with pytest.raises(PlanError, match="heuristic"):
+        search_offsets([Buffer(0, 4, 0, 1)], 4, 1, 1000, heuristics=bad)

@@ -1,0 +1,170 @@
+"""Local repair of a packing around its top: a large-neighbourhood search that scales to
+thousands of buffers, because each step re-places a few dozen buffers, not all of them.
+
+A step takes a *culprit* (a buffer that ends at the arena top) and a *band*: the
+culprit and every buffer that overlaps it in time and ends above `top - band`. It lifts
+them out and places them again, in a few fixed orders (culprit first, then largest
+first; largest first; earliest start first), each at the lowest aligned offset where it
+misses every buffer still placed that it overlaps in time. The first order whose
+result is better is kept: better means a lower arena, or the same arena with fewer
+buffers ending at it (so a top held up by several buffers comes down one at a time).
+A step that finds nothing better doubles its band (up to the arena), then moves on to
+the next culprit; the search ends when every culprit fails at the widest band, or the
+work runs out.
+
+Why live buffers never overlap: the buffers that stay never move, and each re-placed
+buffer is put where it misses every placed buffer it overlaps in time (those that stay
+and those re-placed before it), so every conflicting pair is checked when its second
+buffer is placed, as in `assign.place_in_order`. A step that is not kept restores the
+old offsets. Deterministic: no randomness, and work is counted, not timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tensorgraph.planner.buffers import INT64_END, Assignment, Buffer
+
+# Work units (about a microsecond each on the reference machine, see planner.search):
+PLACE_UNITS = 25  # per buffer re-placed (a dozen numpy calls), plus a unit per SCAN
+SCAN = 128  # buffers of its vectorised neighbour scan (those around the band);
+STEP_UNITS = 40  # per step (finding the band), plus three units per SCAN buffers
+SHUFFLES = 2  # seeded random orders tried per step, after the three fixed ones
+RINGS = 2  # times a stuck culprit's time window widens to its neighbours' lifetimes
+
+
+def repair(
+    buffers: Sequence[Buffer],
+    plan: Assignment,
+    alignment: int,
+    afford: Callable[[int], bool],
+    charge: Callable[[int], None],
+    say: Callable[[str], None] | None = None,
+) -> Assignment:
+    """A packing no worse than `plan` (a valid aligned packing of `buffers`), found by
+    repair steps while `afford(units)` allows; each step's cost goes to `charge`.
+    Returns `plan` itself when no step helped."""
+    n = len(buffers)
+    if n < 2:
+        return plan
+    size = np.fromiter((b.size for b in buffers), np.int64, n)
+    start = np.fromiter((b.start for b in buffers), np.int64, n)
+    end = np.fromiter((b.end for b in buffers), np.int64, n)
+    offset = np.fromiter((plan.offsets[b.id] for b in buffers), np.int64, n)
+    if int((offset + size).max()) != plan.arena_size or 2 * int(size.sum()) >= INT64_END:
+        return plan  # not a packing of these buffers, or sums that int64 could not hold
+    orders = (_culprit_first, _largest_first, _earliest_first)
+    rng = np.random.default_rng(0)  # seeded: the shuffled orders repeat run to run
+    improved = False
+    tried: set[int] = set()
+    step_units = STEP_UNITS + 3 * n // SCAN
+    while True:
+        high = offset + size
+        top = int(high.max())
+        culprits = [int(c) for c in np.flatnonzero(high == top) if int(c) not in tried]
+        if not culprits:
+            break
+        c = culprits[0]
+        band, ring = int(size[c]), 0
+        low, up = int(start[c]), int(end[c])  # the time window of the neighbourhood
+        kept = False
+        while not kept:
+            if not afford(step_units):
+                return _result(buffers, offset, plan, improved)
+            charge(step_units)
+            chosen = np.flatnonzero((start < up) & (low < end) & (high > top - band))
+            sequences = [order(chosen, c, size, start) for order in orders]
+            sequences += [rng.permutation(chosen).tolist() for _ in range(SHUFFLES)]
+            # Every buffer that can conflict with a chosen one: it overlaps their span.
+            around = np.flatnonzero((start < end[chosen].max()) & (start[chosen].min() < end))
+            for sequence in sequences:
+                cost = len(sequence) * (PLACE_UNITS + len(around) // SCAN)
+                if not afford(cost):
+                    return _result(buffers, offset, plan, improved)
+                charge(cost)
+                saved = offset[chosen].copy()
+                _replace(sequence, around, offset, size, start, end, alignment)
+                new_high = offset + size
+                new_top = int(new_high.max())
+                count = int((new_high == new_top).sum())
+                if new_top < top or (new_top == top and count < int((high == top).sum())):
+                    kept = improved = True
+                    if new_top < top:
+                        tried.clear()
+                        if say is not None:
+                            say(f"repair: arena {new_top:,} B")
+                    break
+                offset[chosen] = saved
+            if kept:
+                break
+            if band < top:
+                band = min(2 * band, top)
+            elif ring < RINGS:  # widen the window to the lifetimes of the whole band
+                ring, band = ring + 1, int(size[c])
+                low, up = int(start[chosen].min()), int(end[chosen].max())
+            else:
+                tried.add(c)
+                break
+    return _result(buffers, offset, plan, improved)
+
+
+def _result(
+    buffers: Sequence[Buffer], offset: np.ndarray, plan: Assignment, improved: bool
+) -> Assignment:
+    if not improved:
+        return plan
+    offsets = {b.id: int(offset[i]) for i, b in enumerate(buffers)}
+    top = max(int(offset[i]) + b.size for i, b in enumerate(buffers))
+    return Assignment(offsets, top)
+
+
+def _culprit_first(chosen: np.ndarray, c: int, size: np.ndarray, start: np.ndarray) -> list:
+    rest = [int(i) for i in chosen[np.lexsort((chosen, -size[chosen]))] if i != c]
+    return [c, *rest]
+
+
+def _largest_first(chosen: np.ndarray, c: int, size: np.ndarray, start: np.ndarray) -> list:
+    return chosen[np.lexsort((chosen, -size[chosen]))].tolist()
+
+
+def _earliest_first(chosen: np.ndarray, c: int, size: np.ndarray, start: np.ndarray) -> list:
+    return chosen[np.lexsort((chosen, -size[chosen], start[chosen]))].tolist()
+
+
+def _replace(
+    sequence: list,
+    around: np.ndarray,
+    offset: np.ndarray,
+    size: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    alignment: int,
+) -> None:
+    """Lift `sequence` out of the packing, then place each, in order, at the lowest
+    aligned offset where it misses every placed buffer it overlaps in time (all of
+    them are in `around`, which holds the sequence too)."""
+    placed = np.ones(len(around), dtype=bool)
+    placed[np.searchsorted(around, sequence)] = False
+    near_start, near_end, near_size = start[around], end[around], size[around]
+    for i in sequence:
+        mask = placed & (near_start < end[i]) & (start[i] < near_end)
+        near = around[mask]
+        lows = offset[near]
+        offset[i] = _lowest_fit(lows, lows + near_size[mask], int(size[i]), alignment)
+        placed[np.searchsorted(around, i)] = True
+
+
+def _lowest_fit(lows: np.ndarray, highs: np.ndarray, size: int, step: int) -> int:
+    """The lowest multiple of `step` at which `size` bytes miss every span
+    `[lows[k], highs[k])`: scanning spans by low end, the candidate is 0 or just above
+    every span seen so far, and the first that ends before the next span's low fits."""
+    if not len(lows):
+        return 0
+    by_low = np.argsort(lows, kind="stable")
+    lows, highs = lows[by_low], highs[by_low]
+    reached = -(-np.maximum.accumulate(highs) // step) * step
+    candidates = np.concatenate([[0], reached])
+    next_lows = np.concatenate([lows, [np.iinfo(np.int64).max]])
+    return int(candidates[np.argmax(next_lows >= candidates + size)])
