@@ -16,9 +16,10 @@ Cost model: the worst case of evaluating steps [start, stop) in one go is
 where `carried(s)` is the size of the arena buffers live at step s but born earlier
 (graph inputs and arena params count from step 0: they exist before any step), and a
 node allocates its own size unless the plan's aliasing makes it a view (MLX reshapes,
-axis-0 slices and same-dtype casts share their input's buffer). In-place nodes count
-as allocations: MLX donates a dying operand only when it can, so the cost never
-under-estimates.
+axis-0 slices and same-dtype casts share their input's buffer), plus the temporaries
+its lowering is known to make outside any plan (`SCRATCH`: conv2d's NHWC copies and
+im2col matrix, a pool's padded copy). In-place nodes count as allocations: MLX donates
+a dying operand only when it can, so the cost does not under-estimate.
 
 Segmentation (`segment_schedule`): greedy over the schedule, cutting before a step
 whose allocation would lift the running cost above `budget`, so every segment's worst
@@ -47,6 +48,7 @@ from attrs import field, frozen
 from tensorgraph.codegen_mlx.guards import guarded_nodes, raise_if_broken, verdict
 from tensorgraph.codegen_mlx.lowering import LOWERINGS
 from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
 from tensorgraph.planner.aliasing import Aliasing
 from tensorgraph.planner.liveness import Liveness
@@ -74,14 +76,42 @@ class Segment:
     cost: int
 
 
+def _conv_scratch(graph: Graph, node: Node) -> int:
+    """The lowering's NHWC copies of input and weight, MLX's CPU im2col matrix (output
+    positions x kernel taps x input channels) and the NHWC result before its transpose."""
+    x, w = (graph.node(i) for i in node.inputs)
+    n, _, oh, ow = node.shape
+    _, per_group, kh, kw = w.shape
+    im2col = n * oh * ow * kh * kw * per_group * node.attr("groups") * node.dtype.itemsize
+    return x.nbytes + w.nbytes + im2col + node.nbytes
+
+
+def _pool_scratch(graph: Graph, node: Node) -> int:
+    """The padded input copy and the running window reduction beside the result."""
+    x = graph.node(node.inputs[0])
+    n, c, h, w = x.shape
+    top, left = node.attr("padding")
+    padded = n * c * (h + 2 * top) * (w + 2 * left) * x.dtype.itemsize
+    return padded + node.nbytes
+
+
+# Temporaries a node's MLX lowering allocates beside its output (bytes, an upper bound).
+SCRATCH: dict[str, Callable[[Graph, Node], int]] = {
+    "conv2d": _conv_scratch,
+    "max_pool2d": _pool_scratch,
+    "avg_pool2d": _pool_scratch,
+}
+
+
 def allocation(graph: Graph, aliasing: Aliasing, node_id: int) -> int:
     """Bytes MLX may allocate to run node `node_id`: 0 for boundary nodes (their arrays
-    exist before the run) and views, else the node's size."""
+    exist before the run) and views, else the node's size plus its `SCRATCH`."""
     node = graph.node(node_id)
     alias = aliasing.of(node_id)
     if OPS[node.op].boundary or (alias is not None and alias.kind == "view"):
         return 0
-    return node.nbytes
+    scratch = SCRATCH.get(node.op)
+    return node.nbytes + (scratch(graph, node) if scratch else 0)
 
 
 def carried_bytes(graph: Graph, liveness: Liveness) -> list[int]:
