@@ -10,8 +10,12 @@ per program and device):
 
 - `auto` (the default): segmented execution (segments.py). The schedule is cut where
   the plan's live bytes allow, each segment is traced once with mx.compile, and one
-  segment is in flight while Python builds the next. MLX's peak stays within the arena
-  (each segment's worst case fits it) at close to mx.compile's speed.
+  segment is in flight while Python builds the next. A segment's worst-case bytes stay
+  within `segment_budget`: the arena plus SLACK (5%) of the plan's whole footprint
+  (arena + constant segment + inputs/outputs). So the run's MLX peak is at most 1.05x
+  what the plan accounts for (plus MLX scratch no plan holds), and a model whose
+  weights dwarf its activations gets few, long segments: close to mx.compile's speed
+  where dispatch dominates. With SLACK = 0 the peak is the arena itself.
 - `eager`: walk the schedule, evaluate each step, and drop every value right after its
   last use. Operands that die at a step are dropped *before* the op runs, so the op
   holds the only reference and MLX can donate the buffer to an elementwise output: the
@@ -46,6 +50,9 @@ from tensorgraph.runtime.feeds import bind_feeds
 from tensorgraph.runtime.kernels import constant_value
 
 MODES = ("auto", "eager", "compiled")
+# A segment may allocate this fraction of the plan's footprint beyond the arena: half
+# the issue's 10% memory tolerance, the other half left to MLX's unplanned scratch.
+SLACK = 0.05
 
 # Per-program artefacts (weights converted to mx.array, compiled traces and segments,
 # the last run's stats), keyed by the frozen Program itself: they live as long as the
@@ -162,13 +169,23 @@ def run_compiled(program: object, feeds: dict[int, mx.array], device: mx.Device)
     return outputs[:count]
 
 
+def segment_budget(program: object) -> int:
+    """The worst-case bytes a segment may allocate (segments.py): the plan's arena plus
+    SLACK times the plan's whole footprint (arena + constant segment + inputs/outputs)."""
+    graph, plan = program.graph, program.plan
+    io = sum(n.nbytes for n in graph.nodes if n.op == "input")
+    io += sum(graph.node(o).nbytes for o in graph.outputs)
+    return plan.arena_size + int(SLACK * (plan.arena_size + plan.constant_size + io))
+
+
 def _segmented(program: object, device: mx.Device) -> tuple[tuple, tuple]:
-    """The program's segments (budget: its arena) and their traces, cached per device."""
+    """The program's segments (`segment_budget`) and their traces, cached per device."""
     cache = _cache(program)
     key = f"segments-{device}"
     if key not in cache:
         plan = program.plan
-        segments = segment_schedule(program.graph, plan.liveness, plan.aliasing, plan.arena_size)
+        budget = segment_budget(program)
+        segments = segment_schedule(program.graph, plan.liveness, plan.aliasing, budget)
         cache[key] = (segments, tuple(trace_segment(program.graph, s) for s in segments))
     return cache[key]
 

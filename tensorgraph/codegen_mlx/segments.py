@@ -23,11 +23,12 @@ a dying operand only when it can, so the cost does not under-estimate.
 
 Segmentation (`segment_schedule`): greedy over the schedule, cutting before a step
 whose allocation would lift the running cost above `budget`, so every segment's worst
-case fits the budget. The executor's budget is the plan's arena, so a segment boundary
-(where the executor waits) keeps at most the plan's live set, and MLX's peak stays at
-the arena, plus what MLX allocates outside any plan (a kernel's scratch). A one-step
+case fits the budget. With the plan's arena as the budget, MLX's peak stays at the
+arena, plus what MLX allocates outside any plan (a kernel's scratch); a larger budget
+buys fewer segments (the executor's choice: executor.segment_budget). A one-step
 segment costs at most that step's live bytes (<= lower bound <= arena) unless the step
 writes in place, and a segment always takes at least one step, so the cut progresses.
+A segment boundary, where the executor waits, holds exactly the plan's live set.
 
 Execution (`run_segments`): one segment in flight. The compiled call that builds
 segment k+1's lazy graph (Python work) runs while the device computes segment k; k+1 is
