@@ -28,16 +28,17 @@ from tensorgraph.codegen_mlx import blas_info  # first: loads OpenBLAS before ml
 
 # isort: split
 import mlx.core as mx
+from bench_mlx_llama import CONFIGS as LLAMA_CONFIGS
 from bench_mlx_llama import hand_written
 
 import tensorgraph as tg
 from tensorgraph.models.llama import LlamaConfig, llama
 
 CONFIGS = {
-    "small": LlamaConfig(batch=1, seq=128, dim=512, heads=8, hidden=1376, layers=2, vocab=512),
+    "small": LLAMA_CONFIGS["default"],
     "medium": LlamaConfig(batch=1, seq=512, dim=2048, heads=16, hidden=5504, layers=4, vocab=8192),
     "large": LlamaConfig(batch=4, seq=1024, dim=4096, heads=32, hidden=11008, layers=2, vocab=8192),
-    "dispatch": LlamaConfig(batch=1, seq=64, dim=64, heads=4, hidden=176, layers=8, vocab=512),
+    "dispatch": LLAMA_CONFIGS["dispatch"],
 }
 CPU_DEFAULT = ("small", "dispatch")
 CONTENDERS = ("tg default", "tg compiled", "hand-written", "hand-written + compile")
