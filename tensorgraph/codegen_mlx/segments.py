@@ -18,8 +18,9 @@ where `carried(s)` is the size of the arena buffers live at step s but born earl
 node allocates its own size unless the plan's aliasing makes it a view (MLX reshapes,
 axis-0 slices and same-dtype casts share their input's buffer), plus the temporaries
 its lowering is known to make outside any plan (`SCRATCH`: conv2d's NHWC copies and
-im2col matrix, a pool's padded copy). In-place nodes count as allocations: MLX donates
-a dying operand only when it can, so the cost does not under-estimate.
+im2col matrix, a pool's padded copy) and any buffer the plan gives the step itself
+(a fused op's declared workspace). In-place nodes count as allocations: MLX donates a
+dying operand only when it can, so the cost does not under-estimate.
 
 Segmentation (`segment_schedule`): greedy over the schedule, cutting before a step
 whose allocation would lift the running cost above `budget`, so every segment's worst
@@ -118,9 +119,10 @@ def allocation(graph: Graph, aliasing: Aliasing, node_id: int) -> int:
 def carried_bytes(graph: Graph, liveness: Liveness) -> list[int]:
     """`carried(s)` for every step s (module docstring), by a difference array over the
     buffers: O(buffers + steps)."""
+    boundary = {n.id for n in graph.nodes if OPS[n.op].boundary}
     delta = [0] * (len(liveness.steps) + 1)
     for buffer in liveness.buffers:
-        first = 0 if OPS[graph.node(buffer.id).op].boundary else buffer.start + 1
+        first = 0 if buffer.id in boundary else buffer.start + 1
         if first < buffer.end:
             delta[first] += buffer.size
             delta[buffer.end] -= buffer.size
@@ -140,9 +142,16 @@ def segment_schedule(
     schedule gives no segment. O(nodes + edges + buffers)."""
     steps = liveness.steps
     carried = carried_bytes(graph, liveness)
+    # Buffers of no node (a fused op's declared workspace, live at its step only) are
+    # allocated by that step.
+    nodes = {n.id for n in graph.nodes}
+    extra = [0] * len(steps)
+    for buffer in liveness.buffers:
+        if buffer.id not in nodes:
+            extra[buffer.start] += buffer.size
     bounds, start, cost = [], 0, carried[0] if steps else 0
     for step, node_id in enumerate(steps):
-        size = allocation(graph, aliasing, node_id)
+        size = allocation(graph, aliasing, node_id) + extra[step]
         if step > start and cost + size > budget:
             bounds.append((start, step, cost))
             start, cost = step, carried[step]

@@ -80,18 +80,17 @@ def expected_cost(prog: tg.Program, start: int, stop: int) -> int:
     """A segment's cost recomputed from its definition: bytes of arena buffers born
     before `start` (boundary buffers: always) and read at or after it, plus each of its
     nodes' bytes unless a view or a boundary node (the random graphs have no conv or
-    pool, so no scratch)."""
+    pool, so no scratch), plus buffers of no node (workspaces) born in the segment."""
     graph, lv = prog.graph, prog.plan.liveness
-    boundary = ("input", "param", "constant")
+    kinds = {n.id: n.op for n in graph.nodes}
+    boundary = {i for i, op in kinds.items() if op in ("input", "param", "constant")}
     carried = sum(
-        b.size
-        for b in lv.buffers
-        if (b.start < start or graph.node(b.id).op in boundary) and b.end > start
+        b.size for b in lv.buffers if (b.start < start or b.id in boundary) and b.end > start
     )
-    made = 0
+    made = sum(b.size for b in lv.buffers if b.id not in kinds and start <= b.start < stop)
     for node_id in lv.steps[start:stop]:
         alias = prog.aliasing.of(node_id)
-        if graph.node(node_id).op not in boundary and not (alias and alias.kind == "view"):
+        if node_id not in boundary and not (alias and alias.kind == "view"):
             made += graph.node(node_id).nbytes
     return carried + made
 
