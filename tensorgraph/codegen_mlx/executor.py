@@ -83,28 +83,43 @@ def _resident(program: object, device: mx.Device) -> dict[int, mx.array]:
     return _cache(program).setdefault(f"values-{device}", {})
 
 
+def _boundary_nodes(program: object) -> tuple[tuple, dict[int, object]]:
+    """(constant nodes, {bound param id: its bound value}), computed once per program
+    so that a run touches only its boundary nodes, not the whole graph."""
+    cache = _cache(program)
+    if "boundary" not in cache:
+        graph = program.graph
+        constants = tuple(n for n in graph.nodes if n.op == "constant")
+        bound = {
+            n.id: graph.param_values[n.name]
+            for n in graph.nodes
+            if n.op == "param" and n.name in graph.param_values
+        }
+        cache["boundary"] = (constants, bound)
+    return cache["boundary"]
+
+
 def _boundary_values(
     program: object, feeds: dict[int, object], device: mx.Device
 ) -> dict[int, mx.array]:
-    """MLX arrays for inputs, params and constants. Bound params and constants are
-    converted once per program and device and reused: they never change between runs,
-    and converting 100 MB of weights per call would cost time and double peak memory.
-    mx.array feeds are used as they are."""
-    graph = program.graph
+    """MLX arrays for inputs, params and constants. Bound params (unless the caller
+    passed others) and constants are converted once per program and device and reused:
+    they never change between runs, and converting 100 MB of weights per call would cost
+    time and double peak memory. mx.array feeds are used as they are."""
     cache = _resident(program, device)
+    constants, bound = _boundary_nodes(program)
     values = {}
-    for node in graph.nodes:
-        if node.op == "constant":
-            if node.id not in cache:
-                cache[node.id] = to_mx(constant_value(node))
-            values[node.id] = cache[node.id]
-        elif node.op == "param" and feeds[node.id] is graph.param_values.get(node.name):
-            if node.id not in cache:
-                cache[node.id] = to_mx(feeds[node.id])
-            values[node.id] = cache[node.id]
-        elif node.op in ("input", "param"):
-            feed = feeds[node.id]
-            values[node.id] = feed if isinstance(feed, mx.array) else to_mx(feed)
+    for node in constants:
+        if node.id not in cache:
+            cache[node.id] = to_mx(constant_value(node))
+        values[node.id] = cache[node.id]
+    for node_id, feed in feeds.items():
+        if feed is bound.get(node_id):
+            if node_id not in cache:
+                cache[node_id] = to_mx(feed)
+            values[node_id] = cache[node_id]
+        else:
+            values[node_id] = feed if isinstance(feed, mx.array) else to_mx(feed)
     return values
 
 
