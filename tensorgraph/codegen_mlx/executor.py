@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import mlx.core as mx
 
@@ -45,8 +45,9 @@ from tensorgraph.codegen_mlx.segments import run_segments, segment_schedule, tra
 from tensorgraph.codegen_mlx.stats import RunStats
 from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
-from tensorgraph.runtime.feeds import bind_feeds
+from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
 from tensorgraph.runtime.kernels import constant_value
 
 MODES = ("auto", "eager", "compiled")
@@ -81,6 +82,14 @@ def _resident(program: object, device: mx.Device) -> dict[int, mx.array]:
     """This program's converted bound params and constants on `device` (node id ->
     array), filled on first use."""
     return _cache(program).setdefault(f"values-{device}", {})
+
+
+def _guarded(program: object) -> tuple:
+    """`guarded_nodes(program.graph)`, computed once per program (it scans every node)."""
+    cache = _cache(program)
+    if "guarded" not in cache:
+        cache["guarded"] = guarded_nodes(program.graph)
+    return cache["guarded"]
 
 
 def _boundary_nodes(program: object) -> tuple[tuple, dict[int, object]]:
@@ -124,12 +133,16 @@ def _boundary_values(
 
 
 def run_eager(
-    graph: Graph, last_use: Mapping[int, int], values: dict[int, mx.array]
+    graph: Graph,
+    last_use: Mapping[int, int],
+    values: dict[int, mx.array],
+    guarded: Sequence[Node] | None = None,
 ) -> list[mx.array]:
     """Evaluate step by step, dropping each value after `last_use` (see module doc).
-    `values` (every boundary node's array) is consumed."""
+    `values` (every boundary node's array) is consumed; `guarded` is
+    `guarded_nodes(graph)`, when the caller keeps it."""
     outputs = set(graph.outputs)
-    guarded = {n.id for n in guarded_nodes(graph)}
+    guarded = {n.id for n in (guarded_nodes(graph) if guarded is None else guarded)}
     slots: dict[int, mx.array] = {}
     for step, node in enumerate(graph.nodes):
         if OPS[node.op].boundary:
@@ -151,9 +164,8 @@ def run_eager(
     return [slots[o] for o in graph.outputs]
 
 
-def _trace(graph: Graph, feed_ids: tuple[int, ...]):
+def _trace(graph: Graph, feed_ids: tuple[int, ...], guarded: Sequence[Node]):
     constants = {n.id: to_mx(constant_value(n)) for n in graph.nodes if n.op == "constant"}
-    guarded = guarded_nodes(graph)
 
     def program(*feeds: mx.array) -> list[mx.array]:
         slots = dict(zip(feed_ids, feeds, strict=True))
@@ -170,16 +182,17 @@ def _trace(graph: Graph, feed_ids: tuple[int, ...]):
 def run_compiled(program: object, feeds: dict[int, mx.array], device: mx.Device) -> list[mx.array]:
     """Run the cached `mx.compile`d trace of the whole schedule."""
     graph = program.graph
-    feed_ids = tuple(n.id for n in graph.nodes if n.op in ("input", "param"))
     cache = _cache(program)
     key = f"compiled-{device}"
     if key not in cache:
-        cache[key] = _trace(graph, feed_ids)
-    outputs = cache[key](*(feeds.pop(i) for i in feed_ids))
+        feed_ids = tuple(n.id for n in graph.nodes if n.op in ("input", "param"))
+        cache[key] = (feed_ids, _trace(graph, feed_ids, _guarded(program)))
+    feed_ids, trace = cache[key]
+    outputs = trace(*(feeds.pop(i) for i in feed_ids))
     feeds.clear()
     mx.eval(outputs)
     count = len(graph.outputs)
-    for node, outcome in zip(guarded_nodes(graph), outputs[count:], strict=True):
+    for node, outcome in zip(_guarded(program), outputs[count:], strict=True):
         raise_if_broken(node, outcome)
     return outputs[:count]
 
@@ -209,8 +222,8 @@ def _execute(program: object, mode: str, values: dict[int, mx.array], device: mx
     """(outputs, evaluations launched) of one run in `mode`; `values` is consumed."""
     graph = program.graph
     if mode == "eager":
-        steps = sum(not OPS[n.op].boundary for n in graph.nodes)
-        return run_eager(graph, program.plan.liveness.last_use, values), steps
+        results = run_eager(graph, program.plan.liveness.last_use, values, _guarded(program))
+        return results, sum(not OPS[n.op].boundary for n in graph.nodes)
     if mode == "compiled":
         return run_compiled(program, values, device), 1
     segments, traces = _segmented(program, device)
@@ -239,7 +252,10 @@ def run_mlx(
         raise RunError(f"unknown MLX mode {mode!r}; choose one of {', '.join(MODES)}")
     graph = program.graph
     target = _device(device)
-    feeds = bind_feeds(graph, inputs, params, native=native_dtype)
+    cache = _cache(program)
+    if "feed-nodes" not in cache:
+        cache["feed-nodes"] = feed_nodes(graph)
+    feeds = bind_feeds(graph, inputs, params, native_dtype, cache["feed-nodes"])
     native = any(isinstance(v, mx.array) for v in feeds.values())
     with mx.stream(target):
         if stats:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import numpy as np
+from attrs import frozen
 
 from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
@@ -88,11 +89,30 @@ def _unknown(graph: Graph, kind: str, names: list[str], known: Mapping[str, Node
     return RunError(f"graph {graph.name!r}: unknown {kind}(s) {names}; its {kind}s: {listed}")
 
 
+@frozen
+class FeedNodes:
+    """A graph's input and param nodes by name, in graph order. An executor that runs
+    one (frozen) graph many times computes it once with `feed_nodes` and passes it to
+    `bind_feeds`, which then does not scan the graph's nodes on every run."""
+
+    inputs: Mapping[str, Node]
+    params: Mapping[str, Node]
+
+
+def feed_nodes(graph: Graph) -> FeedNodes:
+    """The `FeedNodes` of `graph` as it is now."""
+    return FeedNodes(
+        {n.attr("name"): n for n in graph.nodes if n.op == "input"},
+        {n.attr("name"): n for n in graph.nodes if n.op == "param"},
+    )
+
+
 def bind_feeds(
     graph: Graph,
     inputs: Mapping[str, object],
     params: Mapping[str, object] | None = None,
     native: NativeDType | None = None,
+    nodes: FeedNodes | None = None,
 ) -> dict[int, object]:
     """node id -> checked array for every input and param node of `graph`.
 
@@ -100,12 +120,13 @@ def bind_feeds(
     graph's bound values (`graph.param_values`). A caller's ndarray is returned as is
     (no copy): executors must not write into feeds. With `native`, a backend-native
     array is returned as is too (see the module docstring); every other value is an
-    ndarray. RunError, naming the input or param:
+    ndarray. `nodes`: `feed_nodes(graph)`, when the caller keeps it. RunError, naming
+    the input or param:
     an unknown name in `inputs` or `params`, a missing input, a param neither bound nor
     given, a shape or dtype other than the declared one (see module docstring)."""
     params = dict(params or {})
-    input_nodes = {n.attr("name"): n for n in graph.nodes if n.op == "input"}
-    param_nodes = {n.attr("name"): n for n in graph.nodes if n.op == "param"}
+    nodes = feed_nodes(graph) if nodes is None else nodes
+    input_nodes, param_nodes = nodes.inputs, nodes.params
     extra = sorted(set(inputs) - set(input_nodes))
     if extra:
         raise _unknown(graph, "input", extra, input_nodes)
