@@ -1,12 +1,15 @@
 """tensorgraph on MLX vs the same Llama decoder hand-written in mlx.core vs NumPy.
 
-One process, same weights: a Llama-style decoder (2 layers, dim 512, 8 heads, seq 128,
-SwiGLU hidden 1376, RMSNorm, rotary). Each contender is warmed up, then timed as the
-min of N runs; outputs are checked against each other; MLX peak memory is measured per
-run with mx.reset_peak_memory / mx.get_peak_memory. Also prints fp32 matmul throughput
-with the BLAS tensorgraph loaded, and without it (a subprocess with TENSORGRAPH_BLAS=off).
+One process, same weights: a Llama-style decoder (default: 2 layers, dim 512, 8 heads,
+seq 128, SwiGLU hidden 1376, RMSNorm, rotary; `--config dispatch`: 8 layers, dim 64,
+where per-op overhead dominates). tensorgraph gets mx.array tokens and returns mx.array
+logits (the device-resident path, no NumPy conversion). Each contender is warmed up,
+then timed as the min of N runs; outputs are checked against the NumPy reference; MLX
+peak memory is measured per run with mx.reset_peak_memory / mx.get_peak_memory. Also
+prints fp32 matmul throughput with the BLAS tensorgraph loaded, and without it (a
+subprocess with TENSORGRAPH_BLAS=off).
 
-    python benches/bench_mlx_llama.py [--runs 10]
+    python benches/bench_mlx_llama.py [--runs 10] [--config default|dispatch]
 """
 
 from __future__ import annotations
@@ -18,14 +21,19 @@ import subprocess
 import sys
 import time
 
+from tensorgraph.codegen_mlx import blas_info  # first: loads OpenBLAS before mlx.core
+
+# isort: split
 import mlx.core as mx
 import numpy as np
 
 import tensorgraph as tg
-from tensorgraph.codegen_mlx import blas_info
 from tensorgraph.models.llama import LlamaConfig, llama
 
-CONFIG = LlamaConfig(batch=1, seq=128, dim=512, heads=8, hidden=1376, layers=2, vocab=512)
+CONFIGS = {
+    "default": LlamaConfig(batch=1, seq=128, dim=512, heads=8, hidden=1376, layers=2, vocab=512),
+    "dispatch": LlamaConfig(batch=1, seq=64, dim=64, heads=4, hidden=176, layers=8, vocab=512),
+}
 
 
 def matmul_gflops(n: int = 1024, runs: int = 5) -> float:
@@ -100,14 +108,17 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--config", choices=tuple(CONFIGS), default="default")
     args = parser.parse_args()
-    model = llama(CONFIG)
+    config = CONFIGS[args.config]
+    model = llama(config)
     graph = model.graph
     inputs = model.inputs(0)
     prog = tg.compile(graph)
     weights = {k: mx.array(v) for k, v in graph.param_values.items()}
     tokens = mx.array(inputs["tokens"])
-    forward = hand_written(weights, CONFIG)
+    feeds = {"tokens": tokens}
+    forward = hand_written(weights, config)
     compiled_forward = mx.compile(forward)
 
     def evaluated(fn):
@@ -119,9 +130,9 @@ def main() -> None:
         return run
 
     contenders = {
-        "tensorgraph mlx (auto)": lambda: prog.run(inputs, backend="mlx")[0],
-        "tensorgraph mlx eager": lambda: prog.run(inputs, backend="mlx", mode="eager")[0],
-        "tensorgraph mlx compiled": lambda: prog.run(inputs, backend="mlx", mode="compiled")[0],
+        "tensorgraph mlx (auto)": lambda: prog.run(feeds, backend="mlx")[0],
+        "tensorgraph mlx eager": lambda: prog.run(feeds, backend="mlx", mode="eager")[0],
+        "tensorgraph mlx compiled": lambda: prog.run(feeds, backend="mlx", mode="compiled")[0],
         "hand-written mlx": evaluated(forward),
         "hand-written mlx + compile": evaluated(compiled_forward),
     }
@@ -132,8 +143,8 @@ def main() -> None:
     best_hand = min(results["hand-written mlx"][0], results["hand-written mlx + compile"][0])
     hand_peak = min(results["hand-written mlx"][1], results["hand-written mlx + compile"][1])
     print(
-        f"Llama decoder {CONFIG.layers} layers, dim {CONFIG.dim}, {CONFIG.heads} heads, seq "
-        f"{CONFIG.seq}; MLX device {mx.default_device()}; BLAS: {blas_info()}"
+        f"Llama decoder {config.layers} layers, dim {config.dim}, {config.heads} heads, seq "
+        f"{config.seq}; MLX device {mx.default_device()}; BLAS: {blas_info()}"
     )
     print(f"plan: arena {prog.plan.arena_size:,} B, params/constants {prog.plan.constant_size:,} B")
     print(

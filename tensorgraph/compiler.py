@@ -100,8 +100,12 @@ class Program:
     ) -> list:
         """Outputs in the graph's output order for `inputs` and `params` (bound params
         need not be given). NumPy arrays in give NumPy arrays out; on the MLX backend,
-        mx.array inputs give mx.array outputs that stay on the device. RunError names a
-        missing, extra or mistyped input; `backend` is one of BACKENDS."""
+        any mx.array feed gives mx.array outputs that stay on the device (mx.array feeds
+        are checked as strictly as NumPy ones). RunError names a missing, extra or
+        mistyped input; `backend` is one of BACKENDS. `options` go to the backend; the
+        MLX backend's are `mode` ("auto", "eager", "compiled"), `device` ("cpu", "gpu")
+        and `stats` (record a RunStats for `tensorgraph.codegen_mlx.last_run(prog)`):
+        see tensorgraph/codegen_mlx/executor.py."""
         if backend == "numpy":
             from tensorgraph.runtime.reference import run_reference
 

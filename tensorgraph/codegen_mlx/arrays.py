@@ -2,7 +2,8 @@
 
 Invariant: `to_numpy(to_mx(a))` equals `a` in shape (0-d included), dtype and bits, for
 every dtype of the IR (bfloat16 travels through float32, which holds it exactly).
-`MX_DTYPES` maps each IR dtype name to its mlx.core dtype.
+`MX_DTYPES` maps each IR dtype name to its mlx.core dtype; `native_dtype` reads it back
+from an mx.array, so feeds given as mx.array are checked without leaving the device.
 """
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ MX_DTYPES: dict[str, mx.Dtype] = {
     "bfloat16": mx.bfloat16,
     "float32": mx.float32,
 }
+
+_IR_NAMES: dict[mx.Dtype, str] = {dtype: name for name, dtype in MX_DTYPES.items()}
+
+
+def native_dtype(value: object) -> str | None:
+    """The IR dtype name of an mx.array (MLX's own name, e.g. "float64", for a dtype the
+    IR lacks, so a mismatch reads plainly), or None for anything that is not an mx.array."""
+    if not isinstance(value, mx.array):
+        return None
+    return _IR_NAMES.get(value.dtype, str(value.dtype).removeprefix("mlx.core."))
 
 
 def to_mx(array: np.ndarray) -> mx.array:

@@ -1,49 +1,73 @@
-"""Run a compiled Program on MLX, following its memory plan.
+"""Run a compiled Program on MLX, following its memory plan; arrays in, arrays out.
 
-Two modes:
+Arrays: feeds may be NumPy arrays (or Python data) or mx.arrays, in any mix; mx.arrays
+are checked as strictly as NumPy ones (exact shape and dtype, RunError naming the
+input) and used as they are, never copied. When any feed is an mx.array the outputs are
+mx.arrays, evaluated and left on the device; otherwise they are fresh NumPy arrays.
 
+Modes (all compute the same values; each keeps weights and constants converted once
+per program and device):
+
+- `auto` (the default): segmented execution (segments.py). The schedule is cut where
+  the plan's live bytes allow, each segment is traced once with mx.compile, and one
+  segment is in flight while Python builds the next. A segment's worst-case bytes stay
+  within `segment_budget`: the arena plus SLACK (5%) of the plan's whole footprint
+  (arena + constant segment + inputs/outputs). So the run's MLX peak is at most 1.05x
+  what the plan accounts for (plus MLX scratch no plan holds), and a model whose
+  weights dwarf its activations gets few, long segments: close to mx.compile's speed
+  where dispatch dominates. With SLACK = 0 the peak is the arena itself.
 - `eager`: walk the schedule, evaluate each step, and drop every value right after its
-  last use (the plan's liveness), so MLX's allocator frees buffers when the plan says.
-  Operands that die at a step are dropped *before* the op runs, so the op holds the only
-  reference and MLX can donate the buffer to an elementwise output: that is exactly the
-  plan's in-place reuse. Memory follows the plan step by step.
-- `compiled`: the whole schedule traced once into an `mx.compile`d function (cached on
-  the program per device), which lets MLX fuse elementwise chains and skip Python.
+  last use. Operands that die at a step are dropped *before* the op runs, so the op
+  holds the only reference and MLX can donate the buffer to an elementwise output: the
+  plan's in-place reuse. Exactly the plan's live set, but a Python step and a sync per op.
+- `compiled`: the whole schedule as one mx.compile'd function. Fast, but MLX allocates
+  every output at dispatch, ahead of the kernels, so it may hold most intermediates.
 
-`auto` (the default) is `eager`. Measured on the Llama benchmark (benches/README.md):
-eager runs within 1.06x of the best hand-written MLX time (compiled: 1.03x) with a peak
-of 0.27x the hand-written model's, inside the plan's arena, while the compiled trace
-peaks at 1.36x the hand-written model (MLX keeps a compiled graph's intermediates until
-the whole function is evaluated). Eager is the faster mode that keeps memory within the
-plan, so it is the default; pass mode="compiled" to trade memory for ~2% time.
+Measured side by side in benches/FIGURES-E.md (`benches/bench_mlx_gpu.py`).
+
+Per-run accounting: `run_mlx(..., stats=True)` records a `RunStats` (stats.py: time,
+MLX peak vs arena + constant segment + inputs/outputs), read back with
+`last_run(program)`; without `stats` nothing is measured or reset.
 """
 
 from __future__ import annotations
 
+import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import mlx.core as mx
-import numpy as np
 
-from tensorgraph.codegen_mlx.arrays import to_mx, to_numpy
+from tensorgraph.codegen_mlx.arrays import native_dtype, to_mx, to_numpy
 from tensorgraph.codegen_mlx.guards import check, guarded_nodes, raise_if_broken, verdict
 from tensorgraph.codegen_mlx.lowering import LOWERINGS
+from tensorgraph.codegen_mlx.segments import run_segments, segment_schedule, trace_segment
+from tensorgraph.codegen_mlx.stats import RunStats
 from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
-from tensorgraph.runtime.feeds import bind_feeds
+from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
 from tensorgraph.runtime.kernels import constant_value
 
 MODES = ("auto", "eager", "compiled")
+# A segment may allocate this fraction of the plan's footprint beyond the arena: half
+# the issue's 10% memory tolerance, the other half left to MLX's unplanned scratch.
+SLACK = 0.05
 
-# Per-program artefacts (weights converted to mx.array, compiled traces), keyed by the
-# frozen Program itself: they live as long as the program and never inside it.
+# Per-program artefacts (weights converted to mx.array, compiled traces and segments,
+# the last run's stats), keyed by the frozen Program itself: they live as long as the
+# program and never inside it.
 _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _cache(program: object) -> dict[str, object]:
     return _CACHES.setdefault(program, {})
+
+
+def last_run(program: object) -> RunStats | None:
+    """The `RunStats` of `program`'s latest MLX run made with `stats=True`, or None."""
+    return _cache(program).get("last-run")
 
 
 def _device(device: str | None) -> mx.Device:
@@ -54,39 +78,77 @@ def _device(device: str | None) -> mx.Device:
     return mx.cpu if device == "cpu" else mx.gpu
 
 
+def _resident(program: object, device: mx.Device) -> dict[int, mx.array]:
+    """This program's converted bound params and constants on `device` (node id ->
+    array), filled on first use."""
+    return _cache(program).setdefault(f"values-{device}", {})
+
+
+def _guarded(program: object) -> tuple:
+    """`guarded_nodes(program.graph)`, computed once per program (it scans every node)."""
+    cache = _cache(program)
+    if "guarded" not in cache:
+        cache["guarded"] = guarded_nodes(program.graph)
+    return cache["guarded"]
+
+
+def _boundary_nodes(program: object) -> tuple[tuple, dict[int, object]]:
+    """(constant nodes, {bound param id: its bound value}), computed once per program
+    so that a run touches only its boundary nodes, not the whole graph."""
+    cache = _cache(program)
+    if "boundary" not in cache:
+        graph = program.graph
+        constants = tuple(n for n in graph.nodes if n.op == "constant")
+        bound = {
+            n.id: graph.param_values[n.name]
+            for n in graph.nodes
+            if n.op == "param" and n.name in graph.param_values
+        }
+        cache["boundary"] = (constants, bound)
+    return cache["boundary"]
+
+
 def _boundary_values(
-    program: object, feeds: dict[int, np.ndarray], device: mx.Device
+    program: object, feeds: dict[int, object], device: mx.Device
 ) -> dict[int, mx.array]:
-    """MLX arrays for inputs, params and constants. Bound params and constants are
-    converted once per program and device and reused: they never change between runs,
-    and converting 100 MB of weights per call would cost time and double peak memory."""
-    graph = program.graph
-    cache = _cache(program).setdefault(f"mlx-values-{device}", {})
+    """MLX arrays for inputs, params and constants. Bound params (unless the caller
+    passed others) and constants are converted once per program and device and reused:
+    they never change between runs, and converting 100 MB of weights per call would cost
+    time and double peak memory. mx.array feeds are used as they are."""
+    cache = _resident(program, device)
+    constants, bound = _boundary_nodes(program)
     values = {}
-    for node in graph.nodes:
-        if node.op == "constant":
-            if node.id not in cache:
-                cache[node.id] = to_mx(constant_value(node))
-            values[node.id] = cache[node.id]
-        elif node.op == "param" and feeds[node.id] is graph.param_values.get(node.name):
-            if node.id not in cache:
-                cache[node.id] = to_mx(feeds[node.id])
-            values[node.id] = cache[node.id]
-        elif node.op in ("input", "param"):
-            values[node.id] = to_mx(feeds[node.id])
+    for node in constants:
+        if node.id not in cache:
+            cache[node.id] = to_mx(constant_value(node))
+        values[node.id] = cache[node.id]
+    for node_id, feed in feeds.items():
+        if feed is bound.get(node_id):
+            if node_id not in cache:
+                cache[node_id] = to_mx(feed)
+            values[node_id] = cache[node_id]
+        else:
+            values[node_id] = feed if isinstance(feed, mx.array) else to_mx(feed)
     return values
 
 
 def run_eager(
-    graph: Graph, last_use: Mapping[int, int], values: dict[int, mx.array]
+    graph: Graph,
+    last_use: Mapping[int, int],
+    values: dict[int, mx.array],
+    guarded: Sequence[Node] | None = None,
 ) -> list[mx.array]:
-    """Evaluate step by step, dropping each value after `last_use` (see module doc)."""
+    """Evaluate step by step, dropping each value after `last_use` (see module doc).
+    `values` (every boundary node's array) is consumed; `guarded` is
+    `guarded_nodes(graph)`, when the caller keeps it."""
     outputs = set(graph.outputs)
-    guarded = {n.id for n in guarded_nodes(graph)}
+    guarded = {n.id for n in (guarded_nodes(graph) if guarded is None else guarded)}
     slots: dict[int, mx.array] = {}
     for step, node in enumerate(graph.nodes):
         if OPS[node.op].boundary:
-            slots[node.id] = values[node.id]
+            value = values.pop(node.id)
+            if last_use[node.id] != -1 or node.id in outputs:
+                slots[node.id] = value
             continue
         args = [slots[i] for i in node.inputs]
         if node.id in guarded:
@@ -102,9 +164,8 @@ def run_eager(
     return [slots[o] for o in graph.outputs]
 
 
-def _trace(graph: Graph, feed_ids: tuple[int, ...]):
+def _trace(graph: Graph, feed_ids: tuple[int, ...], guarded: Sequence[Node]):
     constants = {n.id: to_mx(constant_value(n)) for n in graph.nodes if n.op == "constant"}
-    guarded = guarded_nodes(graph)
 
     def program(*feeds: mx.array) -> list[mx.array]:
         slots = dict(zip(feed_ids, feeds, strict=True))
@@ -121,17 +182,54 @@ def _trace(graph: Graph, feed_ids: tuple[int, ...]):
 def run_compiled(program: object, feeds: dict[int, mx.array], device: mx.Device) -> list[mx.array]:
     """Run the cached `mx.compile`d trace of the whole schedule."""
     graph = program.graph
-    feed_ids = tuple(n.id for n in graph.nodes if n.op in ("input", "param"))
-    cache = _cache(program).setdefault("mlx", {})
-    key = str(device)
+    cache = _cache(program)
+    key = f"compiled-{device}"
     if key not in cache:
-        cache[key] = _trace(graph, feed_ids)
-    outputs = cache[key](*(feeds[i] for i in feed_ids))
+        feed_ids = tuple(n.id for n in graph.nodes if n.op in ("input", "param"))
+        cache[key] = (feed_ids, _trace(graph, feed_ids, _guarded(program)))
+    feed_ids, trace = cache[key]
+    outputs = trace(*(feeds.pop(i) for i in feed_ids))
+    feeds.clear()
     mx.eval(outputs)
     count = len(graph.outputs)
-    for node, outcome in zip(guarded_nodes(graph), outputs[count:], strict=True):
+    for node, outcome in zip(_guarded(program), outputs[count:], strict=True):
         raise_if_broken(node, outcome)
     return outputs[:count]
+
+
+def segment_budget(program: object) -> int:
+    """The worst-case bytes a segment may allocate (segments.py): the plan's arena plus
+    SLACK times the plan's whole footprint (arena + constant segment + inputs/outputs)."""
+    graph, plan = program.graph, program.plan
+    io = sum(n.nbytes for n in graph.nodes if n.op == "input")
+    io += sum(graph.node(o).nbytes for o in graph.outputs)
+    return plan.arena_size + int(SLACK * (plan.arena_size + plan.constant_size + io))
+
+
+def _segmented(program: object, device: mx.Device) -> tuple[tuple, tuple]:
+    """The program's segments (`segment_budget`) and their traces, cached per device."""
+    cache = _cache(program)
+    key = f"segments-{device}"
+    if key not in cache:
+        plan = program.plan
+        budget = segment_budget(program)
+        segments = segment_schedule(program.graph, plan.liveness, plan.aliasing, budget)
+        cache[key] = (segments, tuple(trace_segment(program.graph, s) for s in segments))
+    return cache[key]
+
+
+def _execute(program: object, mode: str, values: dict[int, mx.array], device: mx.Device):
+    """(outputs, evaluations launched) of one run in `mode`; `values` is consumed."""
+    graph = program.graph
+    if mode == "eager":
+        results = run_eager(graph, program.plan.liveness.last_use, values, _guarded(program))
+        return results, sum(not OPS[n.op].boundary for n in graph.nodes)
+    if mode == "compiled":
+        return run_compiled(program, values, device), 1
+    segments, traces = _segmented(program, device)
+    last_use = program.plan.liveness.last_use
+    results = run_segments(graph, segments, traces, values, last_use)
+    return results, sum(t is not None for t in traces)
 
 
 def run_mlx(
@@ -141,20 +239,49 @@ def run_mlx(
     *,
     mode: str = "auto",
     device: str | None = None,
-) -> list[np.ndarray]:
-    """The program's outputs computed with MLX, as NumPy arrays with their dtypes.
+    stats: bool = False,
+) -> list:
+    """The program's outputs computed with MLX, in the graph's output order: mx.arrays
+    (evaluated, on the device) when any feed is an mx.array, else NumPy arrays.
 
     `mode` is one of MODES; `device` None uses MLX's default (Metal GPU on Apple
-    silicon, CPU on Linux), or "cpu" / "gpu". RunError on bad feeds or arguments."""
+    silicon, CPU on Linux), or "cpu" / "gpu". `stats` records this run's `RunStats`
+    for `last_run(program)`. RunError on bad feeds (naming the input or param, mx.array
+    feeds included) or arguments, or where an op's precondition breaks (guards.py)."""
     if mode not in MODES:
         raise RunError(f"unknown MLX mode {mode!r}; choose one of {', '.join(MODES)}")
     graph = program.graph
-    feeds = bind_feeds(graph, inputs, params)
     target = _device(device)
+    cache = _cache(program)
+    if "feed-nodes" not in cache:
+        cache["feed-nodes"] = feed_nodes(graph)
+    feeds = bind_feeds(graph, inputs, params, native_dtype, cache["feed-nodes"])
+    native = any(isinstance(v, mx.array) for v in feeds.values())
     with mx.stream(target):
-        values = _boundary_values(program, feeds, target)
-        if mode in ("auto", "eager"):
-            results = run_eager(graph, program.plan.liveness.last_use, values)
-        else:
-            results = run_compiled(program, values, target)
-        return [to_numpy(r) for r in results]
+        if stats:
+            held = {id(v): v.nbytes for v in _resident(program, target).values()}
+            held.update((id(v), v.nbytes) for v in feeds.values() if isinstance(v, mx.array))
+            mx.synchronize()
+            mx.reset_peak_memory()
+            baseline = mx.get_active_memory()
+            began = time.perf_counter()
+        results, evaluations = _execute(
+            program, mode, _boundary_values(program, feeds, target), target
+        )
+        outputs = results if native else [to_numpy(r) for r in results]
+        if stats:
+            seconds = time.perf_counter() - began
+            above = max(mx.get_peak_memory() - baseline, 0)
+            io = sum(n.nbytes for n in graph.nodes if n.op == "input")
+            _cache(program)["last-run"] = RunStats(
+                mode=mode,
+                device=str(target),
+                evaluations=evaluations,
+                seconds=seconds,
+                peak=sum(held.values()) + above,
+                resident=sum(held.values()),
+                arena_size=program.plan.arena_size,
+                constant_size=program.plan.constant_size,
+                io_size=io + sum(graph.node(o).nbytes for o in graph.outputs),
+            )
+        return outputs

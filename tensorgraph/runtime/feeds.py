@@ -8,19 +8,27 @@ other libraries) must have exactly the declared dtype; nothing is cast silently.
 Python data (scalars, nested lists and tuples) has no dtype of its own and is converted
 to the declared one, unless that changes its kind (a float into an integer input, an int
 into a bool one) or overflows it.
+
+Backend-native arrays: a backend that computes on its own array type (MLX's mx.array)
+passes `native`, a function giving such a value's IR dtype name (None for anything
+else). A native value is checked as strictly as an ndarray (exact shape, exact dtype)
+and returned as is, never converted, so it stays on its device.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
+from attrs import frozen
 
 from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 
 _PYTHON_DATA = (bool, int, float, list, tuple)
+
+NativeDType = Callable[[object], str | None]  # a native array's IR dtype name, else None
 
 
 def _from_python(kind: str, name: str, value: object, expected: np.dtype) -> np.ndarray:
@@ -39,10 +47,23 @@ def _from_python(kind: str, name: str, value: object, expected: np.dtype) -> np.
     return array
 
 
-def _checked(kind: str, node: Node, value: object) -> np.ndarray:
+def _checked_native(kind: str, node: Node, value: object, dtype: str) -> object:
+    """Native array `value` (of IR dtype name `dtype`) for `node`, checked as is."""
+    name = node.attr("name")
+    if tuple(value.shape) != node.shape:
+        raise RunError(f"{kind} {name!r}: expected shape {node.shape} but got {tuple(value.shape)}")
+    if dtype != node.dtype.name:
+        raise RunError(f"{kind} {name!r}: expected dtype {node.dtype} but got {dtype}")
+    return value
+
+
+def _checked(kind: str, node: Node, value: object, native: NativeDType | None = None) -> object:
     """`value` for input/param `node`, checked against its declared shape and dtype."""
     expected = node.dtype.to_numpy()
     name = node.attr("name")
+    dtype = None if native is None or isinstance(value, np.ndarray) else native(value)
+    if dtype is not None:
+        return _checked_native(kind, node, value, dtype)
     if isinstance(value, np.ndarray):
         array = value
     elif isinstance(value, np.generic):  # before Python data: np.float64 is a float
@@ -68,19 +89,44 @@ def _unknown(graph: Graph, kind: str, names: list[str], known: Mapping[str, Node
     return RunError(f"graph {graph.name!r}: unknown {kind}(s) {names}; its {kind}s: {listed}")
 
 
+@frozen
+class FeedNodes:
+    """A graph's input and param nodes by name, in graph order. An executor that runs
+    one (frozen) graph many times computes it once with `feed_nodes` and passes it to
+    `bind_feeds`, which then does not scan the graph's nodes on every run."""
+
+    inputs: Mapping[str, Node]
+    params: Mapping[str, Node]
+
+
+def feed_nodes(graph: Graph) -> FeedNodes:
+    """The `FeedNodes` of `graph` as it is now."""
+    return FeedNodes(
+        {n.attr("name"): n for n in graph.nodes if n.op == "input"},
+        {n.attr("name"): n for n in graph.nodes if n.op == "param"},
+    )
+
+
 def bind_feeds(
-    graph: Graph, inputs: Mapping[str, object], params: Mapping[str, object] | None = None
-) -> dict[int, np.ndarray]:
+    graph: Graph,
+    inputs: Mapping[str, object],
+    params: Mapping[str, object] | None = None,
+    native: NativeDType | None = None,
+    nodes: FeedNodes | None = None,
+) -> dict[int, object]:
     """node id -> checked array for every input and param node of `graph`.
 
     Inputs come from `inputs` by name; params from `params` by name, else from the
     graph's bound values (`graph.param_values`). A caller's ndarray is returned as is
-    (no copy): executors must not write into feeds. RunError, naming the input or param:
+    (no copy): executors must not write into feeds. With `native`, a backend-native
+    array is returned as is too (see the module docstring); every other value is an
+    ndarray. `nodes`: `feed_nodes(graph)`, when the caller keeps it. RunError, naming
+    the input or param:
     an unknown name in `inputs` or `params`, a missing input, a param neither bound nor
     given, a shape or dtype other than the declared one (see module docstring)."""
     params = dict(params or {})
-    input_nodes = {n.attr("name"): n for n in graph.nodes if n.op == "input"}
-    param_nodes = {n.attr("name"): n for n in graph.nodes if n.op == "param"}
+    nodes = feed_nodes(graph) if nodes is None else nodes
+    input_nodes, param_nodes = nodes.inputs, nodes.params
     extra = sorted(set(inputs) - set(input_nodes))
     if extra:
         raise _unknown(graph, "input", extra, input_nodes)
@@ -93,10 +139,10 @@ def bind_feeds(
             f"{name} {input_nodes[name].shape} {input_nodes[name].dtype}" for name in missing
         )
         raise RunError(f"graph {graph.name!r}: missing input(s) {missing}; expected {wanted}")
-    values = {n.id: _checked("input", n, inputs[name]) for name, n in input_nodes.items()}
+    values = {n.id: _checked("input", n, inputs[name], native) for name, n in input_nodes.items()}
     for name, node in param_nodes.items():
         if name in params:
-            values[node.id] = _checked("param", node, params[name])
+            values[node.id] = _checked("param", node, params[name], native)
         elif name in graph.param_values:
             values[node.id] = graph.param_values[name]
         else:

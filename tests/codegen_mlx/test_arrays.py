@@ -1,12 +1,14 @@
-"""arrays.py: NumPy <-> MLX conversion keeps shape (0-d included), dtype and bits."""
+"""arrays.py: NumPy <-> MLX conversion keeps shape (0-d included), dtype and bits; an
+mx.array's dtype reads back as the IR's name."""
 
 import ml_dtypes
+import mlx.core as mx
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tensorgraph.codegen_mlx.arrays import MX_DTYPES, to_mx, to_numpy
+from tensorgraph.codegen_mlx.arrays import MX_DTYPES, native_dtype, to_mx, to_numpy
 from tensorgraph.ir.dtypes import DTYPES
 
 NUMPY_DTYPES = [d.to_numpy() for d in DTYPES.values()]
@@ -38,3 +40,13 @@ def test_round_trip_is_exact(dtype, shape, strided, seed) -> None:
     else:
         assert back.tobytes() == np.ascontiguousarray(array).tobytes()
     assert back.flags.writeable and not np.shares_memory(back, array)
+
+
+def test_native_dtype_names_mx_arrays_only() -> None:
+    for name, dtype in MX_DTYPES.items():
+        assert native_dtype(mx.zeros((2,), dtype=dtype)) == name
+    # A dtype the IR lacks keeps MLX's own short name, so an error reads "float64".
+    assert native_dtype(mx.zeros((2,), dtype=mx.float64)) == "float64"
+    assert native_dtype(mx.zeros((), dtype=mx.uint32)) == "uint32"
+    for other in (np.zeros(2, np.float32), 1.0, [1, 2], None):
+        assert native_dtype(other) is None

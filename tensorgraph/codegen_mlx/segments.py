@@ -1,0 +1,246 @@
+"""Segmented execution, the MLX backend's default: the schedule cut into segments, each
+traced once with mx.compile, evaluated in order, so MLX's memory follows the plan while
+dispatch costs one compiled call per segment instead of Python work and a sync per op.
+
+Why segments. MLX allocates an op's output when the op is dispatched, on the calling
+thread, not when its kernel runs (CPU and GPU alike), and inside one evaluation the
+dispatching thread runs ahead of the kernels. So evaluating a whole program at once
+(mode "compiled", or a hand-written model) may hold nearly every intermediate at the
+same time, in MLX's order rather than the plan's; evaluating op by op (mode "eager")
+holds exactly the plan's live set but pays Python dispatch and a sync per op.
+
+Cost model: the worst case of evaluating steps [start, stop) in one go is
+
+    cost = carried(start) + sum of the bytes the segment's nodes allocate
+
+where `carried(s)` is the size of the arena buffers live at step s but born earlier
+(graph inputs and arena params count from step 0: they exist before any step), and a
+node allocates its own size unless the plan's aliasing makes it a view (MLX reshapes,
+axis-0 slices and same-dtype casts share their input's buffer), plus the temporaries
+its lowering is known to make outside any plan (`SCRATCH`: conv2d's NHWC copies and
+im2col matrix, a pool's padded copy) and any buffer the plan gives the step itself
+(a fused op's declared workspace). In-place nodes count as allocations: MLX donates a
+dying operand only when it can, so the cost does not under-estimate.
+
+Segmentation (`segment_schedule`): greedy over the schedule, cutting before a step
+whose allocation would lift the running cost above `budget`, so every segment's worst
+case fits the budget. With the plan's arena as the budget, MLX's peak stays at the
+arena, plus what MLX allocates outside any plan (a kernel's scratch); a larger budget
+buys fewer segments (the executor's choice: executor.segment_budget). A one-step
+segment costs at most that step's live bytes (<= lower bound <= arena) unless the step
+writes in place, and a segment always takes at least one step, so the cut progresses.
+A segment boundary, where the executor waits, holds exactly the plan's live set.
+
+Execution (`run_segments`): one segment in flight. The compiled call that builds
+segment k+1's lazy graph (Python work) runs while the device computes segment k; k+1 is
+dispatched (mx.async_eval) once k has finished, so at most one segment's allocations
+are outstanding. Values leave the executor at their planned last use, before the
+segment that reads them last is dispatched, so MLX frees each as soon as that
+segment's kernels have read it. Guards (see guards.py) return their verdicts as extra
+segment outputs, checked after the last segment in schedule order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import mlx.core as mx
+from attrs import field, frozen
+
+from tensorgraph.codegen_mlx.guards import guarded_nodes, raise_if_broken, verdict
+from tensorgraph.codegen_mlx.lowering import LOWERINGS
+from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import Node
+from tensorgraph.ir.ops import OPS
+from tensorgraph.planner.aliasing import Aliasing
+from tensorgraph.planner.liveness import Liveness
+
+
+@frozen
+class Segment:
+    """Steps [start, stop) of the schedule, evaluated together.
+
+    `nodes`: the non-boundary node ids computed, in schedule order. `inputs`: the ids
+    they read that are computed before `start` or are boundary nodes, in first-read
+    order. `outputs`: ids computed here and read at or after `stop` (graph outputs
+    included). `released`: the `inputs` whose last use lies in this segment (not graph
+    outputs): the executor drops them before dispatching it. `guarded`: ids of `nodes`
+    whose precondition is checked on the device. `cost`: the worst-case bytes of the
+    segment (module docstring)."""
+
+    start: int
+    stop: int
+    nodes: tuple[int, ...] = field(converter=tuple)
+    inputs: tuple[int, ...] = field(converter=tuple)
+    outputs: tuple[int, ...] = field(converter=tuple)
+    released: tuple[int, ...] = field(converter=tuple)
+    guarded: tuple[int, ...] = field(converter=tuple)
+    cost: int
+
+
+def _conv_scratch(graph: Graph, node: Node) -> int:
+    """The lowering's NHWC copies of input and weight, MLX's CPU im2col matrix (output
+    positions x kernel taps x input channels) and the NHWC result before its transpose."""
+    x, w = (graph.node(i) for i in node.inputs)
+    n, _, oh, ow = node.shape
+    _, per_group, kh, kw = w.shape
+    im2col = n * oh * ow * kh * kw * per_group * node.attr("groups") * node.dtype.itemsize
+    return x.nbytes + w.nbytes + im2col + node.nbytes
+
+
+def _pool_scratch(graph: Graph, node: Node) -> int:
+    """The padded input copy and the running window reduction beside the result."""
+    x = graph.node(node.inputs[0])
+    n, c, h, w = x.shape
+    top, left = node.attr("padding")
+    padded = n * c * (h + 2 * top) * (w + 2 * left) * x.dtype.itemsize
+    return padded + node.nbytes
+
+
+# Temporaries a node's MLX lowering allocates beside its output (bytes, an upper bound).
+SCRATCH: dict[str, Callable[[Graph, Node], int]] = {
+    "conv2d": _conv_scratch,
+    "max_pool2d": _pool_scratch,
+    "avg_pool2d": _pool_scratch,
+}
+
+
+def allocation(graph: Graph, aliasing: Aliasing, node_id: int) -> int:
+    """Bytes MLX may allocate to run node `node_id`: 0 for boundary nodes (their arrays
+    exist before the run) and views, else the node's size plus its `SCRATCH`."""
+    node = graph.node(node_id)
+    alias = aliasing.of(node_id)
+    if OPS[node.op].boundary or (alias is not None and alias.kind == "view"):
+        return 0
+    scratch = SCRATCH.get(node.op)
+    return node.nbytes + (scratch(graph, node) if scratch else 0)
+
+
+def carried_bytes(graph: Graph, liveness: Liveness) -> list[int]:
+    """`carried(s)` for every step s (module docstring), by a difference array over the
+    buffers: O(buffers + steps)."""
+    boundary = {n.id for n in graph.nodes if OPS[n.op].boundary}
+    delta = [0] * (len(liveness.steps) + 1)
+    for buffer in liveness.buffers:
+        first = 0 if buffer.id in boundary else buffer.start + 1
+        if first < buffer.end:
+            delta[first] += buffer.size
+            delta[buffer.end] -= buffer.size
+    carried, total = [], 0
+    for step in range(len(liveness.steps)):
+        total += delta[step]
+        carried.append(total)
+    return carried
+
+
+def segment_schedule(
+    graph: Graph, liveness: Liveness, aliasing: Aliasing, budget: int
+) -> tuple[Segment, ...]:
+    """The schedule of `graph` (planned: `liveness` and `aliasing` are the plan's) cut
+    greedily into segments whose cost is at most `budget` bytes, except one-step
+    segments, which may exceed it. The segments partition the steps in order; an empty
+    schedule gives no segment. O(nodes + edges + buffers)."""
+    steps = liveness.steps
+    carried = carried_bytes(graph, liveness)
+    # Buffers of no node (a fused op's declared workspace, live at its step only) are
+    # allocated by that step.
+    nodes = {n.id for n in graph.nodes}
+    extra = [0] * len(steps)
+    for buffer in liveness.buffers:
+        if buffer.id not in nodes:
+            extra[buffer.start] += buffer.size
+    bounds, start, cost = [], 0, carried[0] if steps else 0
+    for step, node_id in enumerate(steps):
+        size = allocation(graph, aliasing, node_id) + extra[step]
+        if step > start and cost + size > budget:
+            bounds.append((start, step, cost))
+            start, cost = step, carried[step]
+        cost += size
+    if steps:
+        bounds.append((start, len(steps), cost))
+    guarded = {n.id for n in guarded_nodes(graph)}
+    return tuple(
+        _segment(graph, liveness, guarded, start, stop, cost) for start, stop, cost in bounds
+    )
+
+
+def _segment(
+    graph: Graph, liveness: Liveness, guarded: set[int], start: int, stop: int, cost: int
+) -> Segment:
+    last_use = liveness.last_use
+    outputs = set(graph.outputs)
+    nodes = [i for i in liveness.steps[start:stop] if not OPS[graph.node(i).op].boundary]
+    made = set(nodes)
+    inputs = dict.fromkeys(i for n in nodes for i in graph.node(n).inputs if i not in made)
+    return Segment(
+        start=start,
+        stop=stop,
+        nodes=nodes,
+        inputs=inputs,
+        outputs=[i for i in nodes if last_use[i] >= stop],
+        released=[i for i in inputs if last_use[i] < stop and i not in outputs],
+        guarded=[i for i in nodes if i in guarded],
+        cost=cost,
+    )
+
+
+Trace = Callable[..., list[mx.array]]
+
+
+def trace_segment(graph: Graph, segment: Segment) -> Trace | None:
+    """`segment` as an mx.compile'd function: its inputs' arrays -> its outputs' arrays,
+    then one verdict per guarded node. None when it has neither (nothing it computes is
+    observable: dead code the rewrites did not remove)."""
+    if not segment.outputs and not segment.guarded:
+        return None
+    nodes = [graph.node(i) for i in segment.nodes]
+    guarded = [graph.node(i) for i in segment.guarded]
+
+    def run(*args: mx.array) -> list[mx.array]:
+        slots = dict(zip(segment.inputs, args, strict=True))
+        for node in nodes:
+            slots[node.id] = LOWERINGS[node.op](node, [slots[i] for i in node.inputs])
+        verdicts = [verdict(n, [slots[i] for i in n.inputs]) for n in guarded]
+        return [slots[o] for o in segment.outputs] + verdicts
+
+    return mx.compile(run)
+
+
+def run_segments(
+    graph: Graph,
+    segments: Sequence[Segment],
+    traces: Sequence[Trace | None],
+    values: dict[int, mx.array],
+    last_use: Mapping[int, int],
+) -> list[mx.array]:
+    """The graph's outputs, evaluated segment by segment (module docstring). `values`
+    holds every boundary node's array and is consumed: the executor's slots. RunError
+    from the first guarded node, in schedule order, whose inputs broke its guard."""
+    outputs = set(graph.outputs)
+    slots = values
+    for unused in [i for i in slots if last_use[i] == -1 and i not in outputs]:
+        del slots[unused]  # an input or param nothing reads: no reason to hold it
+    verdicts: list[mx.array] = []
+    pending: list[mx.array] | None = None
+    for segment, trace in zip(segments, traces, strict=True):
+        args = [slots[i] for i in segment.inputs] if trace is not None else []
+        for i in segment.released:
+            del slots[i]
+        if trace is None:
+            continue
+        results = trace(*args)
+        del args  # the lazy graph now holds the only references to released values
+        if pending is not None:
+            mx.eval(pending)  # segment k done before k+1 allocates
+            pending = None
+        mx.async_eval(results)
+        count = len(segment.outputs)
+        slots.update(zip(segment.outputs, results[:count], strict=True))
+        verdicts.extend(results[count:])
+        pending = results
+    result = [slots[o] for o in graph.outputs]
+    mx.eval(result, verdicts)
+    guarded = [i for segment in segments for i in segment.guarded]
+    for node_id, outcome in zip(guarded, verdicts, strict=True):
+        raise_if_broken(graph.node(node_id), outcome)
+    return result

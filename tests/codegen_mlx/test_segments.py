@@ -1,0 +1,164 @@
+"""segments.py: the schedule's cut into segments (partition, budget, the values crossing
+each boundary) and segmented execution against the NumPy reference."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tensorgraph as tg
+from tensorgraph.codegen_mlx.arrays import to_mx, to_numpy
+from tensorgraph.codegen_mlx.segments import (
+    Segment,
+    run_segments,
+    segment_schedule,
+    trace_segment,
+)
+from tensorgraph.runtime.kernels import constant_value
+from tests.codegen_mlx.strategies import Case, typed_graphs
+from tests.strategies import graphs
+
+
+def cut(prog: tg.Program, budget: int) -> tuple[Segment, ...]:
+    plan = prog.plan
+    return segment_schedule(prog.graph, plan.liveness, plan.aliasing, budget)
+
+
+def run_cut(prog: tg.Program, segments, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Run `segments` of `prog` on MLX; every boundary value converted here from `feeds`,
+    the bound params and the constants' payloads."""
+    graph = prog.graph
+    named = {**graph.param_values, **feeds}
+    values = {
+        n.id: to_mx(constant_value(n) if n.op == "constant" else named[n.name])
+        for n in graph.nodes
+        if n.op in ("input", "param", "constant")
+    }
+    traces = [trace_segment(graph, s) for s in segments]
+    results = run_segments(graph, segments, traces, values, prog.plan.liveness.last_use)
+    return [to_numpy(r) for r in results]
+
+
+def test_a_chain_is_cut_where_the_arena_is_full() -> None:
+    # x (input, 1024 float32 = 4096 B) -> a = exp(x) -> b = exp(a) -> c = exp(b), output.
+    # Steps 0..3 run x, a, b, c; b and c write in place over a (reinplace), so the
+    # buffers are x [0, 2) and a [1, 4): arena 8192 B. Carried bytes: x from step 0 (an
+    # input), a from step 2, so carried = 4096 at every step. Every exp allocates 4096
+    # (in-place writes counted). With budget 8192: [x, a] costs 4096 + 0 + 4096 = 8192;
+    # adding b would make 12288, so cut; [b] costs carried 4096 + 4096, and so does [c].
+    g = tg.Graph("chain")
+    x = g.input("x", (1024,), tg.float32)
+    g.output(tg.exp(tg.exp(tg.exp(x))))
+    prog = tg.compile(g)
+    assert prog.plan.arena_size == 8192
+    ids = prog.order
+    segments = cut(prog, 8192)
+    assert [(s.start, s.stop, s.cost) for s in segments] == [
+        (0, 2, 8192),
+        (2, 3, 8192),
+        (3, 4, 8192),
+    ]
+    assert [(s.nodes, s.inputs, s.outputs, s.released) for s in segments] == [
+        ((ids[1],), (ids[0],), (ids[1],), (ids[0],)),
+        ((ids[2],), (ids[1],), (ids[2],), (ids[1],)),
+        ((ids[3],), (ids[2],), (ids[3],), (ids[2],)),  # c, the output, leaves as output
+    ]
+    # 4096 carried + 3 * 4096 allocated: a budget of 16384 takes the whole schedule.
+    assert [(s.start, s.stop) for s in cut(prog, 16384)] == [(0, 4)]
+    value = np.linspace(-1, 1, 1024, dtype=np.float32)
+    for segments in (cut(prog, 0), cut(prog, 8192), cut(prog, 16384)):
+        got = run_cut(prog, segments, {"x": value})[0]
+        # float32 exp is good to ~2 ulp (2.4e-7); x <= 1 gives a = e^x <= 2.72 and
+        # b = e^a <= 15.2, so the error compounds to (1 + b + a b) ~ 57 times that.
+        want = np.exp(np.exp(np.exp(value.astype(np.float64))))
+        np.testing.assert_allclose(got, want, rtol=57 * 2.4e-7)
+
+
+def expected_cost(prog: tg.Program, start: int, stop: int) -> int:
+    """A segment's cost recomputed from its definition: bytes of arena buffers born
+    before `start` (boundary buffers: always) and read at or after it, plus each of its
+    nodes' bytes unless a view or a boundary node (the random graphs have no conv or
+    pool, so no scratch), plus buffers of no node (workspaces) born in the segment."""
+    graph, lv = prog.graph, prog.plan.liveness
+    kinds = {n.id: n.op for n in graph.nodes}
+    boundary = {i for i, op in kinds.items() if op in ("input", "param", "constant")}
+    carried = sum(
+        b.size for b in lv.buffers if (b.start < start or b.id in boundary) and b.end > start
+    )
+    made = sum(b.size for b in lv.buffers if b.id not in kinds and start <= b.start < stop)
+    for node_id in lv.steps[start:stop]:
+        alias = prog.aliasing.of(node_id)
+        if node_id not in boundary and not (alias and alias.kind == "view"):
+            made += graph.node(node_id).nbytes
+    return carried + made
+
+
+@given(graphs(), st.floats(0, 2.5))
+def test_segments_partition_the_schedule_within_the_budget(graph, fraction) -> None:
+    prog = tg.compile(graph)
+    budget = int(fraction * prog.plan.arena_size)
+    segments = cut(prog, budget)
+    steps = prog.order
+    assert segments[0].start == 0 and segments[-1].stop == len(steps)
+    for before, after in itertools.pairwise(segments):
+        assert before.stop == after.start
+    step_of = prog.plan.liveness.step_of
+    readers = {
+        n.id: [step_of[u.id] for u in prog.graph.nodes if n.id in u.inputs]
+        for n in prog.graph.nodes
+    }
+    outputs = set(prog.graph.outputs)
+    for s in segments:
+        assert s.cost == expected_cost(prog, s.start, s.stop)
+        assert s.stop - s.start == 1 or s.cost <= budget  # only a lone step may exceed it
+        computed = [
+            i
+            for i in steps[s.start : s.stop]
+            if prog.graph.node(i).op not in ("input", "param", "constant")
+        ]
+        assert list(s.nodes) == computed
+        seen = set()
+        for node_id in s.nodes:
+            for i in prog.graph.node(node_id).inputs:
+                assert i in seen or i in s.inputs  # every operand is computed here or fed
+            seen.add(node_id)
+        assert set(s.inputs).isdisjoint(s.nodes)
+        read_later = {i for i in s.nodes if i in outputs or any(r >= s.stop for r in readers[i])}
+        assert set(s.outputs) == read_later
+        dying = {i for i in s.inputs if i not in outputs and all(r < s.stop for r in readers[i])}
+        assert set(s.released) == dying
+    if budget >= expected_cost(prog, 0, len(steps)):  # the running cost never exceeds it
+        assert len(segments) == 1
+
+
+@settings(max_examples=40)
+@given(typed_graphs(), st.sampled_from((0.0, 0.5, 1.0, 100.0)))
+def test_segmented_runs_match_the_reference(case: Case, fraction: float) -> None:
+    # Every dtype kind, 0-d and zero-size tensors, guarded take/pow: any cut of the
+    # schedule computes what the NumPy oracle computes (floats within float32 rounding).
+    prog = tg.compile(case.graph)
+    want = prog.run(case.inputs, backend="numpy")
+    got = run_cut(prog, cut(prog, int(fraction * prog.plan.arena_size)), case.inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        assert g.dtype == w.dtype
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+def test_a_broken_guard_raises_after_any_cut() -> None:
+    # take with index 5 on an axis of 3: the oracle's RunError, whatever the segments.
+    g = tg.Graph("take")
+    x = g.input("x", (3, 2))
+    i = g.input("i", (2,), tg.int32)
+    g.output(tg.exp(tg.take(tg.exp(x), i, 0)))
+    prog = tg.compile(g)
+    feeds = {"x": np.zeros((3, 2), np.float32), "i": np.array([0, 5], np.int32)}
+    for budget in (0, prog.plan.arena_size, 10**9):
+        with pytest.raises(tg.RunError, match=r"%\d+ take: index 5 is out of range for axis 0"):
+            run_cut(prog, cut(prog, budget), feeds)
