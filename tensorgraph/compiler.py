@@ -310,7 +310,7 @@ def compile(
         "work": chosen.work,
         "cut_short": chosen.cut_short,
     }
-    aliasing = analyze_aliasing(ordered, order, options.analyses)
+    aliasing = analyze_aliasing(ordered, order, options.analyses, alignment=options.alignment)
     stats.update(_analysis_stats(ordered, order, aliasing, options))
     plan = plan_memory(
         ordered,

@@ -10,7 +10,9 @@ unsafe decision:
 - `view_alias`: a reshape, a same-dtype cast and a narrow along an axis whose preceding
   axes have extent 1 (whatever `ops.view_offset` accepts) read their input's bytes at
   a byte offset and write none. Safe in any order: a view never writes, and its reads
-  extend its root's lifetime.
+  extend its root's lifetime. A view smaller than its source (a narrow) is kept only
+  when the aliasing with it peaks no higher than with that narrow copied: a small slice
+  read late, or returned, would otherwise pin its whole source.
 - `copy_elim`: a concat's operands are written in place into its bytes
   (`planner.copy_elim`; alias kind "concat", pointing forward to the concat).
 - `reinplace`: an elementwise op, or `slice_update` over its target (operand 0), writes
@@ -151,25 +153,52 @@ def _without_leading_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def analyze_aliasing(
-    graph: Graph, order: Sequence[int] | None = None, analyses: Sequence[str] = ANALYSES
+    graph: Graph,
+    order: Sequence[int] | None = None,
+    analyses: Sequence[str] = ANALYSES,
+    *,
+    alignment: int = 1,
 ) -> Aliasing:
     """The aliasing of `graph` run in `order` (its node order when None) with the
-    analyses named in `analyses` (see the module docstring)."""
-    from tensorgraph.planner.liveness import analyze
-
+    analyses named in `analyses` (see the module docstring). Where two choices are
+    compared by their peak, buffers are rounded up to `alignment` bytes, as the plan
+    will round them."""
     names = check_analyses(analyses)
     order = tuple(n.id for n in graph.nodes) if order is None else tuple(order)
-    aliases: dict[int, Alias] = {}
+    views: dict[int, Alias] = {}
     if "view_alias" in names:
         for node_id in order:
             view = view_of(graph, graph.node(node_id))
             if view is not None:
-                aliases[node_id] = view
-    views = dict(aliases)
+                views[node_id] = view
+    aliases = _decide(graph, order, names, views, alignment)
+    # A view smaller than its source keeps the whole source alive for as long as the
+    # view is read: copying a small slice that is read late (or is an output) can let a
+    # large source die early. Keep such views only when they peak no higher.
+    shrinking = {i for i, a in views.items() if graph.node(i).nbytes < graph.node(a.source).nbytes}
+    if shrinking:
+        whole = {i: a for i, a in views.items() if i not in shrinking}
+        copied = _decide(graph, order, names, whole, alignment)
+        if _peak(graph, order, copied, alignment) < _peak(graph, order, aliases, alignment):
+            aliases = copied
+    return Aliasing(aliases, names)
+
+
+def _decide(
+    graph: Graph,
+    order: tuple[int, ...],
+    names: tuple[str, ...],
+    views: dict[int, Alias],
+    alignment: int,
+) -> dict[int, Alias]:
+    """The views `views`, then concat placements and in-place writes as `names` ask."""
+    from tensorgraph.planner.liveness import analyze
+
+    aliases = dict(views)
     views_live = placed = None
     if "copy_elim" in names:
         views_live = analyze(graph, order, Aliasing(views))
-        placed = place_concats(graph, order, views_live)
+        placed = place_concats(graph, order, views_live, alignment)
         aliases.update(placed)
     if "reinplace" in names:
         if placed:
@@ -178,18 +207,18 @@ def analyze_aliasing(
             # concat): keep them only when the whole aliasing peaks no higher.
             plain = dict(views)
             _reinplace(graph, order, views_live, plain)
-            if _peak(graph, order, plain) < _peak(graph, order, aliases):
+            if _peak(graph, order, plain, alignment) < _peak(graph, order, aliases, alignment):
                 aliases = plain
         else:
             pre = views_live or analyze(graph, order, Aliasing(views))
             _reinplace(graph, order, pre, aliases)
-    return Aliasing(aliases, names)
+    return aliases
 
 
-def _peak(graph: Graph, order: Sequence[int], aliases: dict[int, Alias]) -> int:
+def _peak(graph: Graph, order: Sequence[int], aliases: dict[int, Alias], alignment: int) -> int:
     from tensorgraph.planner.liveness import analyze
 
-    return max(analyze(graph, order, Aliasing(aliases)).live_bytes(), default=0)
+    return max(analyze(graph, order, Aliasing(aliases)).live_bytes(alignment), default=0)
 
 
 def _reinplace(graph: Graph, order: Sequence[int], pre: object, aliases: dict[int, Alias]) -> None:

@@ -43,6 +43,7 @@ from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
 from tensorgraph.ir.shapes import numel
+from tensorgraph.planner.buffers import align_up
 
 Locate = Callable[[int], tuple[str, int]]  # node id -> (segment, byte offset)
 
@@ -91,7 +92,9 @@ def copied_slots(graph: Graph, node: Node, locate: Locate) -> frozenset[int]:
     )
 
 
-def place_concats(graph: Graph, order: Sequence[int], pre: object) -> dict[int, object]:
+def place_concats(
+    graph: Graph, order: Sequence[int], pre: object, alignment: int = 1
+) -> dict[int, object]:
     """Placement aliases (storage root -> `Alias(concat, offset, "concat")`) for `graph`
     run in `order`, from `pre`, its liveness with views only (module docstring rules).
 
@@ -101,7 +104,7 @@ def place_concats(graph: Graph, order: Sequence[int], pre: object) -> dict[int, 
     that, each operand is tried alone."""
     from tensorgraph.planner.aliasing import Alias
 
-    curve = _Curve(pre)
+    curve = _Curve(pre, alignment)
     roots = {
         c: [_covered_root(graph, pre, i) for i in graph.node(c).inputs]
         for c in order
@@ -149,13 +152,13 @@ def place_concats(graph: Graph, order: Sequence[int], pre: object) -> dict[int, 
 
 
 class _Curve:
-    """Live bytes per step (alignment 1) while placements merge buffers. A merge that
-    would raise the peak, or make a buffer that holds no output live to the end, is
-    refused. Buffers are the storage roots of `pre`; `owner` maps a merged root to the
-    root whose buffer now holds it."""
+    """Live bytes per step (sizes rounded up to `alignment`) while placements merge
+    buffers. A merge that would raise the peak, or make a buffer that holds no output
+    live to the end, is refused. Buffers are the storage roots of `pre`; `owner` maps a
+    merged root to the root whose buffer now holds it."""
 
-    def __init__(self, pre: object) -> None:
-        self.span = {b.id: (b.start, b.end, b.size) for b in pre.buffers}
+    def __init__(self, pre: object, alignment: int) -> None:
+        self.span = {b.id: (b.start, b.end, align_up(b.size, alignment)) for b in pre.buffers}
         self.curve = np.zeros(len(pre.steps) + 1, np.int64)
         for start, end, size in self.span.values():
             self.curve[start:end] += size

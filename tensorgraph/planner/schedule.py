@@ -103,7 +103,7 @@ class CostModel:
 
     def liveness(self, order: Sequence[int]) -> Liveness:
         self.work += len(order)
-        aliasing = analyze_aliasing(self.graph, order, self.analyses)
+        aliasing = analyze_aliasing(self.graph, order, self.analyses, alignment=self.alignment)
         return analyze(
             self.graph,
             order,

@@ -53,3 +53,17 @@ def test_passes_never_raise_the_lower_bound(graph: tg.Graph) -> None:
     unoptimised = tg.compile(graph, passes=(), planner="greedy_size")
     optimised = tg.compile(graph, planner="greedy_size")
     assert optimised.plan.lower_bound <= unoptimised.plan.lower_bound
+
+
+def test_a_small_slice_returned_does_not_pin_its_source() -> None:
+    # Found by the property above: y = -x (80 B) is read only by an output row narrow(y)
+    # (20 B). As a view, the row keeps all of y to the end: x, y and |x| live together,
+    # 3 * 128 B at alignment 64. Copied early, y dies at once: x, y and the row at the
+    # copy (128 + 128 + 64), then x, the row and |x|: 320 B.
+    g = tg.Graph("slice")
+    x = g.input("x0", (4, 5))
+    y = tg.negative(x)
+    g.output(tg.abs(x), tg.narrow(y, 0, 0, 1))
+    prog = tg.compile(g, planner="greedy_size")
+    assert prog.plan.lower_bound == 320
+    assert prog.aliasing.count("view") == 0
