@@ -61,7 +61,7 @@ def test_out_of_range_constant_indices_stay_guarded_and_raise() -> None:
     g.output(tg.take(x, g.constant(np.array([1, 3], np.int32)), 0))
     assert guarded_ops(g) == ["take"]
     prog = tg.compile(g)
-    for mode in ("eager", "compiled"):
+    for mode in ("auto", "eager", "compiled"):
         with pytest.raises(tg.RunError, match=r"%\d+ take: index 3 is out of range"):
             prog.run({"x": np.zeros((3, 2), np.float32)}, backend="mlx", mode=mode)
 

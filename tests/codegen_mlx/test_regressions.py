@@ -19,7 +19,7 @@ import pytest
 import tensorgraph as tg
 
 ROOT = Path(__file__).resolve().parents[2]
-MODES = ("eager", "compiled")
+MODES = ("auto", "eager", "compiled")  # auto: the segmented default
 
 
 def run_all(graph: tg.Graph, inputs: dict) -> list[list[np.ndarray]]:

@@ -26,5 +26,5 @@ def assert_matches(got: list[np.ndarray], want: list[np.ndarray]) -> None:
 def test_typed_random_graphs_match_the_reference(case: Case) -> None:
     prog = tg.compile(case.graph)
     want = prog.run(case.inputs, backend="numpy")
-    for mode in ("eager", "compiled"):
+    for mode in ("auto", "eager", "compiled"):
         assert_matches(prog.run(case.inputs, backend="mlx", mode=mode), want)
