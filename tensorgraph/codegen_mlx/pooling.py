@@ -29,8 +29,8 @@ from tensorgraph.runtime.window_kernels import (
     linear_weights,
     nearest_indices,
     pad_indices,
+    pad_widths,
     pool_divisors,
-    window_extra,
 )
 
 
@@ -46,13 +46,7 @@ def _lowest(node: Node) -> object:
 
 def _padded(x: mx.array, node: Node, dilation: tuple[int, int], fill: object) -> mx.array:
     """x padded by the node's padding plus ceil_mode's overhang on the right, with `fill`."""
-    kernel, stride, padding = (node.attr(k) for k in ("kernel_size", "stride", "padding"))
-    widths = [(0, 0), (0, 0)]
-    for i in range(2):
-        extra = window_extra(
-            x.shape[2 + i], node.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i]
-        )
-        widths.append((padding[i], padding[i] + extra))
+    widths = pad_widths(tuple(x.shape), node, dilation)
     if all(w == (0, 0) for w in widths):
         return x
     return mx.pad(x, widths, constant_values=fill)

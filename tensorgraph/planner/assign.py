@@ -52,7 +52,7 @@ from tensorgraph.planner.buffers import (
     peak,
 )
 from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, certified
-from tensorgraph.planner.improve import repair
+from tensorgraph.planner.improve import lowest_gap, repair
 from tensorgraph.planner.interval_index import IntervalIndex, Lifetimes
 from tensorgraph.planner.search import Work, check_limits, default_budget, minimize
 
@@ -139,12 +139,7 @@ def _lowest_fit(near: list[int] | np.ndarray, spans: _Spans, size: int, step: in
     if isinstance(near, list) and len(near) <= NUMPY_GAP_SEARCH:
         return _scan_fit(near, spans, size, step)
     lows, highs = spans.arrays[:, near]
-    by_low = np.argsort(lows, kind="stable")
-    lows, highs = lows[by_low], highs[by_low]
-    reached = -(-np.maximum.accumulate(highs) // step) * step
-    candidates = np.concatenate([[0], reached])
-    next_lows = np.concatenate([lows, [np.iinfo(np.int64).max]])
-    return int(candidates[np.argmax(next_lows >= candidates + size)])
+    return lowest_gap(lows, highs, size, step)
 
 
 def _scan_fit(near: list[int], spans: _Spans, size: int, step: int) -> int:

@@ -152,11 +152,11 @@ def _replace(
         mask = placed & (near_start < end[i]) & (start[i] < near_end)
         near = around[mask]
         lows = offset[near]
-        offset[i] = _lowest_fit(lows, lows + near_size[mask], int(size[i]), alignment)
+        offset[i] = lowest_gap(lows, lows + near_size[mask], int(size[i]), alignment)
         placed[np.searchsorted(around, i)] = True
 
 
-def _lowest_fit(lows: np.ndarray, highs: np.ndarray, size: int, step: int) -> int:
+def lowest_gap(lows: np.ndarray, highs: np.ndarray, size: int, step: int) -> int:
     """The lowest multiple of `step` at which `size` bytes miss every span
     `[lows[k], highs[k])`: scanning spans by low end, the candidate is 0 or just above
     every span seen so far, and the first that ends before the next span's low fits."""

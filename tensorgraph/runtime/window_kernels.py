@@ -28,16 +28,24 @@ def window_extra(size: int, out: int, kernel: int, stride: int, pad: int, dilati
     return max(0, needed - (size + 2 * pad))
 
 
-def _padded(x: np.ndarray, node: Node, dilation: tuple[int, int], fill: object) -> np.ndarray:
-    """x padded by the node's padding on both sides plus ceil_mode's overhang, with `fill`."""
+def pad_widths(
+    shape: tuple[int, ...], node: Node, dilation: tuple[int, int]
+) -> list[tuple[int, int]]:
+    """Per-axis (before, after) padding of a pool's NCHW input: the node's padding on
+    both sides plus ceil_mode's overhang on the right (shared by both backends)."""
     kernel, stride, padding = (node.attr(k) for k in ("kernel_size", "stride", "padding"))
     widths = [(0, 0), (0, 0)]
     for i in range(2):
         extra = window_extra(
-            x.shape[2 + i], node.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i]
+            shape[2 + i], node.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i]
         )
         widths.append((padding[i], padding[i] + extra))
-    return np.pad(x, widths, constant_values=fill)
+    return widths
+
+
+def _padded(x: np.ndarray, node: Node, dilation: tuple[int, int], fill: object) -> np.ndarray:
+    """x padded by `pad_widths`, with `fill`."""
+    return np.pad(x, pad_widths(x.shape, node, dilation), constant_values=fill)
 
 
 def pool_divisors(size: int, out: int, kernel: int, stride: int, pad: int) -> tuple:
