@@ -1,0 +1,291 @@
+"""ATen handlers for slicing, gathers, joins and splits, padding, and generators.
+
+Advanced indexing (`aten.index.Tensor`) follows NumPy/torch: the index tensors broadcast
+together; when they index adjacent dims the result keeps those dims' place, otherwise
+the broadcast dims come first. It maps onto one `take` over the indexed dims flattened
+into one (row-major linear index), so any number of index tensors and `None` entries
+costs one gather. Generators (`full`, `arange`, `*_like`, `new_*`) produce torch's dtype:
+the `dtype` keyword when given, else torch's default for the call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+import tensorgraph as tg
+from tensorgraph.importers.aten import Context, cast, handles, require, to_dtype
+from tensorgraph.ir.tensor import Tensor
+
+# ---------------------------------------------------------------- slicing and selection
+
+
+@handles("slice", "slice_copy")
+def _slice(
+    ctx: Context,
+    x: Tensor,
+    dim: int = 0,
+    start: int | None = None,
+    end: int | None = None,
+    step: int = 1,
+) -> Tensor:
+    index: list[object] = [slice(None)] * x.ndim
+    index[dim] = slice(start, end, step)
+    return x[tuple(index)]
+
+
+@handles("select", "select_copy")
+def _select(ctx: Context, x: Tensor, dim: int, index: int) -> Tensor:
+    items: list[object] = [slice(None)] * x.ndim
+    items[dim] = index
+    return x[tuple(items)]
+
+
+@handles("narrow", "narrow_copy")
+def _narrow(ctx: Context, x: Tensor, dim: int, start: int, length: int) -> Tensor:
+    return tg.narrow(x, dim, start, length)
+
+
+def _pieces(x: Tensor, dim: int, sizes: Sequence[int]) -> tuple[Tensor, ...]:
+    dim %= x.ndim
+    result, start = [], 0
+    for size in sizes:
+        result.append(x if size == x.shape[dim] else tg.narrow(x, dim, start, size))
+        start += size
+    return tuple(result)
+
+
+@handles("split", "split_with_sizes", "split_copy", "split_with_sizes_copy")
+def _split(ctx: Context, x: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple:
+    if isinstance(sizes, int):
+        total = x.shape[dim]
+        sizes = [min(sizes, total - start) for start in range(0, total, sizes)] or [0]
+    return _pieces(x, dim, sizes)
+
+
+@handles("chunk")
+def _chunk(ctx: Context, x: Tensor, chunks: int, dim: int = 0) -> tuple:
+    total = x.shape[dim]
+    size = -(-total // chunks)
+    return _pieces(x, dim, [min(size, total - start) for start in range(0, total, size)])
+
+
+@handles("unbind", "unbind_copy")
+def _unbind(ctx: Context, x: Tensor, dim: int = 0) -> tuple:
+    dim %= x.ndim
+    return tuple(tg.squeeze(p, dim) for p in _pieces(x, dim, [1] * x.shape[dim]))
+
+
+@handles("cat", "concat")
+def _cat(ctx: Context, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    # torch still accepts 1-D empty tensors in a cat of any rank: they contribute nothing.
+    kept = [cast(t, ctx.out_dtype) for t in tensors if t.shape != (0,)]
+    return kept[0] if len(kept) == 1 else tg.concatenate(kept, dim)
+
+
+@handles("stack")
+def _stack(ctx: Context, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    return tg.stack([cast(t, ctx.out_dtype) for t in tensors], dim)
+
+
+@handles("flip")
+def _flip(ctx: Context, x: Tensor, dims: Sequence[int]) -> Tensor:
+    for dim in dims:
+        positions = np.arange(x.shape[dim] - 1, -1, -1, dtype=np.int32)
+        x = tg.take(x, ctx.graph.constant(positions), dim)
+    return x
+
+
+@handles("roll")
+def _roll(ctx: Context, x: Tensor, shifts: Sequence[int], dims: Sequence[int] = ()) -> Tensor:
+    require(len(dims) == len(shifts), "roll without dims (over the flattened tensor)")
+    for shift, dim in zip(shifts, dims, strict=True):
+        size = x.shape[dim]
+        positions = (np.arange(size) - shift) % size
+        x = tg.take(x, ctx.graph.constant(positions.astype(np.int32)), dim)
+    return x
+
+
+@handles("repeat")
+def _repeat(ctx: Context, x: Tensor, repeats: Sequence[int]) -> Tensor:
+    # Tile: view x as (1, d0, 1, d1, ...), broadcast to (r0, d0, r1, d1, ...), merge pairs.
+    shape = (1,) * (len(repeats) - x.ndim) + x.shape
+    spread = [v for d in shape for v in (1, d)]
+    wide = [v for r, d in zip(repeats, shape, strict=True) for v in (r, d)]
+    return tg.broadcast_to(x.reshape(spread), wide).reshape(ctx.out_shape)
+
+
+# ---------------------------------------------------------------- gathers
+
+
+@handles("index_select")
+def _index_select(ctx: Context, x: Tensor, dim: int, index: Tensor) -> Tensor:
+    return tg.take(x, index, dim)
+
+
+@handles("embedding")
+def _embedding(
+    ctx: Context,
+    weight: Tensor,
+    indices: Tensor,
+    padding_idx: int = -1,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    # padding_idx and the gradient options only change training: the lookup is a take.
+    return tg.take(weight, indices, 0)
+
+
+@handles("gather")
+def _gather(
+    ctx: Context, x: Tensor, dim: int, index: Tensor, sparse_grad: bool = False
+) -> Tensor:
+    return tg.gather(x, index, dim % max(x.ndim, 1))
+
+
+def _wrap(index: Tensor, size: int) -> Tensor:
+    """Negative indices counted from the end, as torch does."""
+    return tg.where(index < 0, index + size, index)
+
+
+@handles("index", "_unsafe_index")
+def _index(ctx: Context, x: Tensor, indices: Sequence[Tensor | None]) -> Tensor:
+    indexed = [i for i, t in enumerate(indices) if t is not None]
+    for i in indexed:
+        require(indices[i].dtype.is_integer, f"index with a {indices[i].dtype} index tensor")
+    rest = [d for d in range(x.ndim) if d not in indexed]
+    # 1. indexed dims first: (D1..Dk, rest...); 2. one row-major linear index over them.
+    order = indexed + rest
+    moved = x if order == list(range(x.ndim)) else tg.transpose(x, order)
+    sizes = [x.shape[d] for d in indexed]
+    linear = None
+    for position, dim in enumerate(indexed):
+        stride = math.prod(sizes[position + 1 :])
+        term = _wrap(cast(indices[dim], tg.int64), x.shape[dim])
+        term = term * stride if stride != 1 else term
+        linear = term if linear is None else linear + term
+    flat = moved.reshape((math.prod(sizes), *(x.shape[d] for d in rest)))
+    result = tg.take(flat, linear, 0)  # (broadcast dims..., rest...)
+    # 3. adjacent indexed dims keep their place: move the broadcast dims back to it.
+    first, batch = indexed[0], linear.ndim
+    if indexed == list(range(first, first + len(indexed))) and first > 0:
+        axes = list(range(batch, batch + first)) + list(range(batch)) + list(
+            range(batch + first, result.ndim)
+        )
+        result = tg.transpose(result, axes)
+    return result
+
+
+# ---------------------------------------------------------------- padding
+
+
+@handles("constant_pad_nd")
+def _constant_pad_nd(ctx: Context, x: Tensor, pad: Sequence[int], value: float = 0) -> Tensor:
+    # pad pairs run from the last dim backwards; negative amounts crop.
+    for pair in range(len(pad) // 2):
+        dim = x.ndim - 1 - pair
+        before, after = pad[2 * pair], pad[2 * pair + 1]
+        if before < 0 or after < 0:
+            start, stop = max(-before, 0), x.shape[dim] - max(-after, 0)
+            x = tg.narrow(x, dim, start, stop - start)
+        parts = []
+        for amount in (max(before, 0), max(after, 0)):
+            shape = list(x.shape)
+            shape[dim] = amount
+            parts.append(tg.full(ctx.graph, shape, _fill(value, x.dtype), dtype=x.dtype))
+        if before > 0 or after > 0:
+            kept = [p for p in (parts[0], x, parts[1]) if p.shape[dim] > 0]
+            x = tg.concatenate(kept, dim)
+    return x
+
+
+# ---------------------------------------------------------------- generators
+
+
+def _fill(value: object, dtype: tg.DType) -> object:
+    """`value` as the Python scalar kind of `dtype` (full's value must match it)."""
+    if dtype == tg.bool_:
+        return bool(value)
+    return float(value) if dtype.is_float else int(value)
+
+
+def _full(ctx: Context, value: object, dtype: object) -> Tensor:
+    dtype = to_dtype(dtype, ctx.out_dtype)
+    return tg.full(ctx.graph, ctx.out_shape, _fill(value, dtype), dtype=dtype)
+
+
+@handles("full")
+def _full_handler(ctx: Context, size: Sequence[int], value: object, dtype: object = None) -> Tensor:
+    return _full(ctx, value, dtype)
+
+
+@handles("zeros", "ones", "empty", "empty_strided", "empty_permuted")
+def _zeros(ctx: Context, size: Sequence[int], *layout: object, dtype: object = None) -> Tensor:
+    # empty's values are unspecified: zeros are as good as any.
+    return _full(ctx, 1 if ctx.op == "ones" else 0, dtype)
+
+
+@handles("full_like")
+def _full_like(ctx: Context, x: Tensor, value: object, dtype: object = None) -> Tensor:
+    return _full(ctx, value, dtype)
+
+
+@handles("zeros_like", "ones_like", "empty_like", "rand_like")
+def _zeros_like(ctx: Context, x: Tensor, dtype: object = None) -> Tensor:
+    require(ctx.op != "rand_like", "rand_like (random values)")
+    return _full(ctx, 1 if ctx.op == "ones_like" else 0, dtype)
+
+
+@handles("new_zeros", "new_ones", "new_empty", "new_empty_strided")
+def _new_zeros(ctx: Context, x: Tensor, size: Sequence[int], *rest: object, dtype: object = None):
+    return _full(ctx, 1 if ctx.op == "new_ones" else 0, dtype)
+
+
+@handles("new_full")
+def _new_full(
+    ctx: Context, x: Tensor, size: Sequence[int], value: object, dtype: object = None
+) -> Tensor:
+    return _full(ctx, value, dtype)
+
+
+@handles("scalar_tensor")
+def _scalar_tensor(ctx: Context, value: object, dtype: object = None) -> Tensor:
+    return _full(ctx, value, dtype)
+
+
+@handles("fill")
+def _fill_handler(ctx: Context, x: Tensor, value: object) -> Tensor:
+    require(not isinstance(value, Tensor), "fill with a tensor value")
+    return _full(ctx, value, None)
+
+
+@handles("arange")
+def _arange(ctx: Context, *numbers: float, dtype: object = None) -> Tensor:
+    start, end, step = (0, numbers[0], 1) if len(numbers) == 1 else (*numbers, 1)[:3]
+    return tg.arange(ctx.graph, start, end, step, dtype=to_dtype(dtype, ctx.out_dtype))
+
+
+def _triangle(ctx: Context, x: Tensor, diagonal: int, upper: bool) -> Tensor:
+    rows, cols = x.shape[-2:]
+    r = tg.arange(ctx.graph, 0, rows).reshape(rows, 1)
+    c = tg.arange(ctx.graph, 0, cols).reshape(1, cols)
+    keep = (c - r >= diagonal) if upper else (c - r <= diagonal)
+    return tg.where(keep, x, tg.zeros(ctx.graph, x.shape, x.dtype))
+
+
+@handles("triu")
+def _triu(ctx: Context, x: Tensor, diagonal: int = 0) -> Tensor:
+    return _triangle(ctx, x, diagonal, upper=True)
+
+
+@handles("tril")
+def _tril(ctx: Context, x: Tensor, diagonal: int = 0) -> Tensor:
+    return _triangle(ctx, x, diagonal, upper=False)
+
+
+@handles("masked_fill")
+def _masked_fill(ctx: Context, x: Tensor, mask: Tensor, value: object) -> Tensor:
+    value = cast(value, x.dtype) if isinstance(value, Tensor) else _fill(value, x.dtype)
+    return tg.where(mask, value, x)
