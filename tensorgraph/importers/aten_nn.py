@@ -209,3 +209,51 @@ def _upsample_nearest2d(
     fh, fw = oh // h, ow // w
     y = tg.broadcast_to(x.reshape(n, c, h, 1, w, 1), (n, c, h, fh, w, fw))
     return cast(y.reshape(n, c, oh, ow), x.dtype)
+
+
+# ---------------------------------------------------------------- normalisation
+# The native forms, as primitives: what decomposition leaves of layer_norm / group_norm
+# when no fused handler keeps them whole (`aten_fused`, imported last, replaces these).
+
+
+def _normalise(x: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    mean = tg.mean(x, axes, True)
+    centred = x - mean
+    rstd = tg.rsqrt(tg.mean(centred * centred, axes, True) + eps)
+    return centred * rstd, mean, rstd
+
+
+@handles("native_layer_norm")
+def _native_layer_norm(
+    ctx: Context,
+    x: Tensor,
+    shape: Sequence[int],
+    weight: Tensor | None,
+    bias: Tensor | None,
+    eps: float,
+) -> tuple:
+    axes = tuple(range(x.ndim - len(shape), x.ndim))
+    y, mean, rstd = _normalise(x, axes, eps)
+    y = y * weight if weight is not None else y
+    return (y + bias if bias is not None else y, mean, rstd)
+
+
+@handles("native_group_norm")
+def _native_group_norm(
+    ctx: Context,
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    n: int,
+    channels: int,
+    spatial: int,
+    groups: int,
+    eps: float,
+) -> tuple:
+    grouped = x.reshape(n, groups, -1)
+    y, mean, rstd = _normalise(grouped, (2,), eps)
+    y = y.reshape(x.shape)
+    shape = (1, channels) + (1,) * (x.ndim - 2)
+    y = y * weight.reshape(shape) if weight is not None else y
+    y = y + bias.reshape(shape) if bias is not None else y
+    return (y, mean.reshape(n, groups), rstd.reshape(n, groups))

@@ -103,7 +103,14 @@ def _text(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     tokens = torch.randint(0, 1000, (1, SEQUENCE))
     if name == "gpt2":
         config = transformers.GPT2Config(
-            vocab_size=1000, n_positions=256, n_embd=64, n_layer=2, n_head=4, use_cache=False
+            vocab_size=1000,
+            n_positions=256,
+            n_embd=64,
+            n_layer=2,
+            n_head=4,
+            use_cache=False,
+            bos_token_id=0,
+            eos_token_id=0,
         )
         model = transformers.GPT2Model(config)
     elif name == "bert":
@@ -139,6 +146,10 @@ def _text(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
             decoder_attention_heads=4,
             decoder_ffn_dim=128,
             max_source_positions=SEQUENCE // 2,
+            pad_token_id=0,
+            bos_token_id=0,
+            eos_token_id=0,
+            decoder_start_token_id=0,
         )
         model = transformers.WhisperModel(config).get_encoder()
         # The encoder's two convolutions halve the time axis: 128 frames -> 64 positions.
