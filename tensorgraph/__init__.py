@@ -97,6 +97,7 @@ from tensorgraph.ir.dtypes import (
     int64,
     uint8,
 )
+from tensorgraph.ir.functions import all, any, argmin, cumprod, cumsum, gather, prod
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.math_functions import (
     arctan,

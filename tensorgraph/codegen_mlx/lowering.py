@@ -75,7 +75,7 @@ def _gelu(node: Node, args: Sequence[mx.array]) -> mx.array:
 
 
 def _reduce(fn: Callable[..., mx.array], empty: float) -> Lowering:
-    """sum/mean/max/min over the node's axes, in the node's dtype. A zero-size input is
+    """sum/mean/max/min/prod over the node's axes, in the node's dtype. A zero-size input is
     never handed to MLX: its reduction is `empty` (the oracle's identity) everywhere.
     max/min never get there with a non-empty result (the registry rejects a max over a
     zero-size axis), so their `empty` is unused."""
@@ -92,10 +92,41 @@ def _reduce(fn: Callable[..., mx.array], empty: float) -> Lowering:
     return lower
 
 
-def _argmax(node: Node, args: Sequence[mx.array]) -> mx.array:
+def _truth(fn: Callable[..., mx.array], empty: bool) -> Lowering:
+    """any/all over the node's axes: non-zero (nan included) is true; `empty` over a
+    zero-size input, which MLX is not handed."""
+
+    def lower(node: Node, args: Sequence[mx.array]) -> mx.array:
+        x = args[0]
+        if x.size == 0:
+            return _filled(node, empty)
+        truth = x if x.dtype == mx.bool_ else x != 0
+        axes = list(node.attr("axes"))
+        return fn(truth, axis=axes, keepdims=node.attr("keepdims")) if axes else truth
+
+    return lower
+
+
+def _arg_reduce(fn: Callable[..., mx.array]) -> Lowering:
     # Only reached with a non-empty input: the registry rejects a zero-size axis, and an
     # empty result is made before lowering (see LOWERINGS).
-    return _as(node, mx.argmax(args[0], axis=node.attr("axis"), keepdims=node.attr("keepdims")))
+    return lambda node, args: _as(
+        node, fn(args[0], axis=node.attr("axis"), keepdims=node.attr("keepdims"))
+    )
+
+
+def _scan(fn: Callable[..., mx.array]) -> Lowering:
+    """cumsum/cumprod in the node's dtype (float32 for half precision, as the oracle
+    accumulates; int32 for bool, whose running sum is then "any so far")."""
+
+    def lower(node: Node, args: Sequence[mx.array]) -> mx.array:
+        dtype = _dtype(node)
+        if (node.dtype.is_float and node.dtype.itemsize < 4) or dtype == mx.bool_:
+            dtype = mx.float32 if node.dtype.is_float else mx.int32
+        result = fn(args[0].astype(dtype), axis=node.attr("axis"))
+        return result != 0 if node.dtype.name == "bool" else _as(node, result)
+
+    return lower
 
 
 def _softmax(node: Node, args: Sequence[mx.array]) -> mx.array:
@@ -284,6 +315,23 @@ def _take(node: Node, args: Sequence[mx.array]) -> mx.array:
     return mx.take(x, indices, axis=axis)
 
 
+def _gather(node: Node, args: Sequence[mx.array]) -> mx.array:
+    """torch.gather: x cut to the indices' extents off the axis, then take_along_axis.
+    Indices outside [0, size) become 0 before MLX sees them (its gather does no bounds
+    check); guards.py reports them as RunError."""
+    x, indices = args
+    axis = node.attr("axis")
+    size = x.shape[axis]
+    if size == 0:  # every index is out of range: the guard raises; nothing to gather
+        return _filled(node, 0)
+    low, high = _INDEX_RANGES[indices.dtype]
+    if low < 0 or high >= size:
+        wide = indices.astype(mx.int64)
+        indices = mx.where(mx.logical_or(wide < 0, wide >= size), mx.zeros_like(wide), wide)
+    cut = tuple(slice(None) if k == axis else slice(0, n) for k, n in enumerate(indices.shape))
+    return mx.take_along_axis(x[cut], indices, axis=axis)
+
+
 def _arange(node: Node, args: Sequence[mx.array]) -> mx.array:
     """start + step * i. Integer results from integer bounds are exact in MLX's integers;
     float results are computed in float32 (within a rounding of the oracle's float64);
@@ -351,7 +399,13 @@ _TABLE: dict[str, Lowering] = {
     "mean": _reduce(mx.mean, math.nan),
     "max": _reduce(mx.max, 0),
     "min": _reduce(mx.min, 0),
-    "argmax": _argmax,
+    "prod": _reduce(mx.prod, 1),
+    "any": _truth(mx.any, False),
+    "all": _truth(mx.all, True),
+    "argmax": _arg_reduce(mx.argmax),
+    "argmin": _arg_reduce(mx.argmin),
+    "cumsum": _scan(mx.cumsum),
+    "cumprod": _scan(mx.cumprod),
     "softmax": _softmax,
     "log_softmax": _log_softmax,
     "transpose": lambda node, args: mx.transpose(args[0], node.attr("axes")),
@@ -361,6 +415,7 @@ _TABLE: dict[str, Lowering] = {
     "broadcast_to": lambda node, args: mx.broadcast_to(args[0], node.shape),
     "concat": lambda node, args: mx.concatenate(list(args), axis=node.attr("axis")),
     "take": _take,
+    "gather": _gather,
     "slice_update": _slice_update,
     "arange": _arange,
     "full": _full,

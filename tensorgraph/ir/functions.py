@@ -6,8 +6,9 @@ Each appends one or more primitive nodes to the graph of its Tensor arguments. P
 scalars become constants of the dtype a scalar takes next to the tensor (`scalar_dtype`);
 operands of different dtypes are promoted with explicit casts only where an op needs
 equal dtypes (concatenate). Axes accept negative values and are stored normalised, so
-`x.sum(-1)` and `x.sum(1)` build the same node. Some names (`abs`, `sum`, `max`, `min`)
-shadow Python's builtins here, as in mlx.core; this module does not use those builtins.
+`x.sum(-1)` and `x.sum(1)` build the same node. Some names (`abs`, `sum`, `max`, `min`,
+`any`, `all`) shadow Python's builtins here, as in mlx.core; this module does not use
+those builtins.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tensorgraph.errors import GraphError
-from tensorgraph.ir.dtypes import DType, as_dtype, promote_types
+from tensorgraph.ir.dtypes import DType, as_dtype, int64, promote_types
 from tensorgraph.ir.shapes import normalize_axes, normalize_axis, resolve_reshape
 from tensorgraph.ir.tensor import Tensor, TensorLike, emit, to_operands
 
@@ -211,13 +212,59 @@ def min(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = Fal
     return _reduce("min", x, axis, keepdims)
 
 
-def argmax(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
-    """Index of the largest element along `axis` (int32); axis None flattens first."""
+def prod(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """Product over `axis` (1 over an empty axis); bools multiply as int32, as sum counts."""
+    return _reduce("prod", x, axis, keepdims)
+
+
+def any(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """True where any element over `axis` is non-zero (False over an empty axis)."""
+    return _reduce("any", x, axis, keepdims)
+
+
+def all(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+    """True where every element over `axis` is non-zero (True over an empty axis)."""
+    return _reduce("all", x, axis, keepdims)
+
+
+def _arg_reduce(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
     if axis is None:
         flat = reshape(x, (-1,))
-        result = emit("argmax", [flat], axis=0, keepdims=False)
+        result = emit(op, [flat], axis=0, keepdims=False)
         return reshape(result, (1,) * x.ndim) if keepdims else result
-    return emit("argmax", [x], axis=normalize_axis(axis, x.ndim), keepdims=bool(keepdims))
+    return emit(op, [x], axis=normalize_axis(axis, x.ndim), keepdims=bool(keepdims))
+
+
+def argmax(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the largest element along `axis` (int32); axis None flattens first."""
+    return _arg_reduce("argmax", x, axis, keepdims)
+
+
+def argmin(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the smallest element along `axis` (int32, the first on ties); axis None
+    flattens first."""
+    return _arg_reduce("argmin", x, axis, keepdims)
+
+
+def _scan(op: str, x: Tensor, axis: int, dtype: DType | str | None) -> Tensor:
+    if dtype is None:  # torch's rule: integers and bools accumulate in int64
+        dtype = x.dtype if x.dtype.is_float else int64
+    dtype = as_dtype(dtype).name
+    if x.ndim == 0:  # torch scans a 0-d tensor along axis 0 or -1 as one element
+        normalize_axis(axis, 1)
+        return reshape(emit(op, [reshape(x, (1,))], axis=0, dtype=dtype), ())
+    return emit(op, [x], axis=normalize_axis(axis, x.ndim), dtype=dtype)
+
+
+def cumsum(x: Tensor, axis: int, dtype: DType | str | None = None) -> Tensor:
+    """Running sum along `axis`, computed in `dtype` (torch's default: int64 for integer
+    and bool inputs, else x's dtype); x is converted to `dtype` first."""
+    return _scan("cumsum", x, axis, dtype)
+
+
+def cumprod(x: Tensor, axis: int, dtype: DType | str | None = None) -> Tensor:
+    """Running product along `axis`, with cumsum's dtype rule."""
+    return _scan("cumprod", x, axis, dtype)
 
 
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
@@ -326,6 +373,13 @@ def stack(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
 def take(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
     """Gather along `axis` (an embedding lookup when x is (vocab, dim) and axis is 0)."""
     return emit("take", [x, indices], axis=normalize_axis(axis, x.ndim))
+
+
+def gather(x: Tensor, indices: Tensor, axis: int) -> Tensor:
+    """torch.gather: out[i][j][k] = x[indices[i][j][k]][j][k] for axis 0 (likewise for
+    others). `indices` has x's rank and no larger extent off `axis`; the result has its
+    shape. Indices must lie in [0, x.shape[axis]): others are a RunError at run time."""
+    return emit("gather", [x, indices], axis=normalize_axis(axis, x.ndim))
 
 
 def slice_update(target: Tensor, update: Tensor, axis: int, start: int) -> Tensor:

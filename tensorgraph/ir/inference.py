@@ -158,8 +158,10 @@ def infer_reduce(op: str) -> Infer:
         if op in ("max", "min") and any(x.shape[a] == 0 for a in axes):
             raise ShapeError(f"{op} over a zero-size axis of {x.label} {x.shape} has no identity")
         dtype = x.dtype
-        if op == "sum" and dtype == bool_:
+        if op in ("sum", "prod") and dtype == bool_:
             dtype = int32
+        if op in ("any", "all"):
+            dtype = bool_
         if op == "mean" and not dtype.is_float:
             dtype = float32
         return _reduced_shape(x, axes, attrs["keepdims"]), dtype
@@ -167,13 +169,26 @@ def infer_reduce(op: str) -> Infer:
     return infer
 
 
-def infer_argmax(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+def infer_arg_reduce(op: str) -> Infer:
+    """argmax/argmin: an int32 index along `axis`, which must not be empty."""
+
+    def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+        (x,) = xs
+        axis = attrs["axis"]
+        _check_axes(x, (axis,))
+        if x.shape[axis] == 0:
+            raise ShapeError(f"{op} over the zero-size axis {axis} of {x.label} {x.shape}")
+        return _reduced_shape(x, (axis,), attrs["keepdims"]), int32
+
+    return infer
+
+
+def infer_scan(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """cumsum/cumprod: x's shape, accumulated in the `dtype` attribute (the builder
+    resolves torch's default: int64 for integers and bools, else x's dtype)."""
     (x,) = xs
-    axis = attrs["axis"]
-    _check_axes(x, (axis,))
-    if x.shape[axis] == 0:
-        raise ShapeError(f"argmax over the zero-size axis {axis} of {x.label} {x.shape}")
-    return _reduced_shape(x, (axis,), attrs["keepdims"]), int32
+    _check_axes(x, (attrs["axis"],))
+    return x.shape, as_dtype(attrs["dtype"])
 
 
 def infer_softmax(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
@@ -237,6 +252,25 @@ def infer_take(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     if not indices.dtype.is_integer:
         raise DTypeError(f"take needs integer indices but {indices.label} is {indices.dtype}")
     return (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :]), x.dtype
+
+
+def infer_gather(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """torch.gather: indices of x's rank, no larger than x off `axis`; result of the
+    indices' shape and x's dtype."""
+    x, indices = xs
+    axis = attrs["axis"]
+    _check_axes(x, (axis,))
+    if not indices.dtype.is_integer:
+        raise DTypeError(f"gather needs integer indices but {indices.label} is {indices.dtype}")
+    fits = len(indices.shape) == len(x.shape) and all(
+        i <= d for k, (i, d) in enumerate(zip(indices.shape, x.shape, strict=True)) if k != axis
+    )
+    if not fits:
+        raise ShapeError(
+            f"gather along axis {axis}: {indices} must have the rank of {x} and no larger "
+            "extent on the other axes"
+        )
+    return indices.shape, x.dtype
 
 
 def infer_slice_update(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:

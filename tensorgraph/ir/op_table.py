@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tensorgraph.ir.inference import (
     infer_arange,
-    infer_argmax,
+    infer_arg_reduce,
     infer_arith,
     infer_bitwise,
     infer_boundary,
@@ -23,6 +23,7 @@ from tensorgraph.ir.inference import (
     infer_conv2d,
     infer_float_binary,
     infer_full,
+    infer_gather,
     infer_logical,
     infer_matmul,
     infer_minmax,
@@ -31,6 +32,7 @@ from tensorgraph.ir.inference import (
     infer_predicate,
     infer_reduce,
     infer_reshape,
+    infer_scan,
     infer_slice_update,
     infer_softmax,
     infer_take,
@@ -106,18 +108,14 @@ register(OpDef("where", 3, 3, infer_where, {}, **_ELEMENTWISE))
 register(OpDef("matmul", 2, 2, infer_matmul, {}, category="matmul"))
 
 _REDUCE = {"axes": AttrSpec("ints"), "keepdims": AttrSpec("bool", False)}
-for _name in ("sum", "mean", "max", "min"):
+for _name in ("sum", "mean", "max", "min", "prod", "any", "all"):
     register(OpDef(_name, 1, 1, infer_reduce(_name), _REDUCE, category="reduction"))
-register(
-    OpDef(
-        "argmax",
-        1,
-        1,
-        infer_argmax,
-        {"axis": AttrSpec("int"), "keepdims": AttrSpec("bool", False)},
-        category="reduction",
-    )
-)
+_ARG_REDUCE = {"axis": AttrSpec("int"), "keepdims": AttrSpec("bool", False)}
+for _name in ("argmax", "argmin"):
+    register(OpDef(_name, 1, 1, infer_arg_reduce(_name), _ARG_REDUCE, category="reduction"))
+_SCAN = {"axis": AttrSpec("int"), "dtype": AttrSpec("dtype")}
+for _name in ("cumsum", "cumprod"):
+    register(OpDef(_name, 1, 1, infer_scan, _SCAN, category="reduction"))
 for _name in ("softmax", "log_softmax"):
     register(OpDef(_name, 1, 1, infer_softmax, {"axis": AttrSpec("int")}, category="reduction"))
 
@@ -141,6 +139,7 @@ register(
 )
 register(OpDef("concat", 1, None, infer_concat, {"axis": AttrSpec("int")}, category="layout"))
 register(OpDef("take", 2, 2, infer_take, {"axis": AttrSpec("int")}, category="gather"))
+register(OpDef("gather", 2, 2, infer_gather, {"axis": AttrSpec("int")}, category="gather"))
 register(
     OpDef(
         "slice_update",

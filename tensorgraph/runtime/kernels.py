@@ -7,7 +7,7 @@ operands of arithmetic are first converted to the node's (promoted) dtype. Kerne
 never write into their arguments, so an executor may place the result over an
 argument's bytes after the call (in place). IEEE specials (inf, nan) propagate silently,
 as on every backend; an integer power with a negative exponent and an out-of-range
-`take` index are RunErrors naming the node.
+`take` or `gather` index are RunErrors naming the node.
 """
 
 from __future__ import annotations
@@ -119,8 +119,20 @@ def _mean(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     return total / math.prod(x.shape[a] for a in axes)
 
 
-def _argmax(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    return np.argmax(_wide(args[0]), axis=node.attr("axis"), keepdims=node.attr("keepdims"))
+def _arg_reduce(fn: Callable[..., np.ndarray]) -> Kernel:
+    return lambda node, args: fn(
+        _wide(args[0]), axis=node.attr("axis"), keepdims=node.attr("keepdims")
+    )
+
+
+def _truth(fn: Callable[..., np.ndarray]) -> Kernel:
+    """any/all: non-zero is true (nan included)."""
+    return lambda node, args: fn(args[0], axis=node.attr("axes"), keepdims=node.attr("keepdims"))
+
+
+def _scan(fn: Callable[..., np.ndarray]) -> Kernel:
+    """cumsum/cumprod: x converted to the node's dtype (widened), then accumulated."""
+    return lambda node, args: fn(_operand(node, args[0]), axis=node.attr("axis"))
 
 
 def _shifted(node: Node, x: np.ndarray) -> np.ndarray:
@@ -166,6 +178,23 @@ def _take(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
             f"of size {size}"
         )
     return np.take(x, wide, axis=axis)
+
+
+def _gather(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """torch.gather: indices in [0, size) (others raise), x cut to the indices' extents
+    off the axis, then take_along_axis."""
+    x, indices = args
+    axis = node.attr("axis")
+    size = x.shape[axis]
+    wide = indices.astype(np.int64)
+    bad = (wide < 0) | (wide >= size)
+    if bad.any():
+        raise RunError(
+            f"{describe(node)}: index {wide[bad].flat[0]} is out of range for axis {axis} "
+            f"of size {size}"
+        )
+    cut = tuple(slice(None) if k == axis else slice(0, n) for k, n in enumerate(wide.shape))
+    return np.take_along_axis(x[cut], wide, axis=axis)
 
 
 def _slice_update(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
@@ -313,7 +342,13 @@ KERNELS: dict[str, Kernel] = {
     "mean": _mean,
     "max": _reduce(np.max),
     "min": _reduce(np.min),
-    "argmax": _argmax,
+    "prod": _reduce(np.prod),
+    "any": _truth(np.any),
+    "all": _truth(np.all),
+    "argmax": _arg_reduce(np.argmax),
+    "argmin": _arg_reduce(np.argmin),
+    "cumsum": _scan(np.cumsum),
+    "cumprod": _scan(np.cumprod),
     "softmax": _softmax,
     "log_softmax": _log_softmax,
     "transpose": lambda node, args: np.transpose(args[0], node.attr("axes")),
@@ -323,6 +358,7 @@ KERNELS: dict[str, Kernel] = {
     "broadcast_to": lambda node, args: np.broadcast_to(args[0], node.shape),
     "concat": lambda node, args: np.concatenate(args, axis=node.attr("axis")),
     "take": _take,
+    "gather": _gather,
     "slice_update": _slice_update,
     "arange": _arange,
     "full": _full,

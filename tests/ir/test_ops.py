@@ -18,6 +18,7 @@ from tests.ir import (
     test_ops_layout,
     test_ops_math,
     test_ops_reductions,
+    test_ops_scans,
 )
 from tests.ir.op_cases import (
     BF16,
@@ -38,6 +39,7 @@ TABLES = (
     test_ops_generators,
     test_ops_conv_pool,
     test_ops_math,
+    test_ops_scans,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand
