@@ -77,11 +77,22 @@ def _vision(name: str, full: bool) -> tuple[nn.Module, tuple[torch.Tensor, ...]]
     size = 224 if full else 64
     kwargs = {"image_size": size} if name == "vit_b_16" else {}
     module = getattr(models, name)(weights=None, **kwargs)
+    if name == "vit_b_16":
+        # torchvision zero-initialises the classifier head: every logit would be 0 and
+        # any importer would "match". Random head weights make the output informative.
+        nn.init.normal_(module.heads.head.weight, std=0.02)
     return module, (torch.randn(1, 3, size, size),)
 
 
-def _decoder(config_class: str, **extra: object) -> nn.Module:
+def _transformers() -> object:
+    _load_torchvision()  # transformers imports torchvision when it is installed
     import transformers
+
+    return transformers
+
+
+def _decoder(config_class: str, **extra: object) -> nn.Module:
+    transformers = _transformers()
 
     config = getattr(transformers, config_class)(
         vocab_size=1000,
@@ -98,7 +109,7 @@ def _decoder(config_class: str, **extra: object) -> nn.Module:
 
 
 def _text(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    import transformers
+    transformers = _transformers()
 
     tokens = torch.randint(0, 1000, (1, SEQUENCE))
     if name == "gpt2":
