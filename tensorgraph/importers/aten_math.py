@@ -308,7 +308,7 @@ def _any(ctx: Context, x: Tensor, dims: object = None, keepdim: bool = False) ->
 def _cumsum(ctx: Context, x: Tensor, dim: int, dtype: object = None) -> Tensor:
     x = _reduction_input(ctx, x, dtype)
     fn = tg.cumsum if ctx.op == "cumsum" else tg.cumprod
-    return fn(x, dim % max(x.ndim, 1))
+    return fn(x, dim % max(x.ndim, 1), dtype=ctx.out_dtype)
 
 
 @handles("var", "std")

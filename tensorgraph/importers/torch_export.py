@@ -251,9 +251,11 @@ class _Importer:
     def stand_in(self, meta: object, name: str) -> object:
         if isinstance(meta, list | tuple):
             return tuple(self.stand_in(m, f"{name}_{i}") for i, m in enumerate(meta))
-        if isinstance(meta, torch.Tensor) and meta.dtype in DTYPES:
+        if isinstance(meta, torch.Tensor):
+            # A dtype tensorgraph lacks is already a reported problem: float32 stands in.
             shape = tuple(int(d) for d in meta.shape)
-            return self.graph.input(f"__unimported_{name}", shape, to_dtype(meta.dtype))
+            dtype = DTYPES.get(meta.dtype, tg.float32)
+            return self.graph.input(f"__unimported_{name}", shape, dtype)
         return None
 
 
