@@ -147,8 +147,7 @@ def handles(*names: str) -> Callable[[Handler], Handler]:
 # ---------------------------------------------------------------- layout handlers
 
 
-@handles("view", "reshape", "_unsafe_view", "flatten", "unsqueeze", "squeeze", "unflatten")
-@handles("view_copy", "squeeze_copy", "unsqueeze_copy", "_reshape_alias")
+@handles("view", "reshape", "flatten", "unsqueeze", "squeeze", "unflatten", "view_copy")
 def _reshape(ctx: Context, x: Tensor, *args: object) -> Tensor:
     # Every form names the same thing, torch's output shape; storage is contiguous.
     shape = ctx.out_shape
@@ -171,7 +170,7 @@ def _as_strided(
     return x if tuple(size) == x.shape else x.reshape(tuple(size))
 
 
-@handles("expand", "expand_copy")
+@handles("expand")
 def _expand(ctx: Context, x: Tensor, sizes: Sequence[int], implicit: bool = False) -> Tensor:
     shape = ctx.out_shape
     return x if shape == x.shape else tg.broadcast_to(x, shape)
@@ -192,20 +191,12 @@ def _t(ctx: Context, x: Tensor) -> Tensor:
     return tg.transpose(x) if x.ndim == 2 else x
 
 
-@handles("contiguous", "clone", "alias", "alias_copy", "detach", "lift_fresh_copy")
+@handles("clone", "alias", "lift_fresh_copy")
 def _identity(ctx: Context, x: Tensor, memory_format: object = None) -> Tensor:
     return x
 
 
-@handles("dropout", "native_dropout", "feature_dropout", "alpha_dropout")
-def _dropout(ctx: Context, x: Tensor, p: float, train: bool | None) -> object:
-    require(not train, "dropout in training mode (call .eval() first)")
-    if ctx.op == "native_dropout":
-        return (x, tg.full(ctx.graph, x.shape, True, dtype=tg.bool_))
-    return x
-
-
-@handles("_to_copy", "to", "_to_dim_order_copy")
+@handles("_to_copy")
 def _to(ctx: Context, x: Tensor, *args: object, **kwargs: object) -> Tensor:
     # Every overload (to.dtype, to.device, to.other, _to_copy(dtype=)) is a cast to the
     # dtype torch gives the result: placement arguments are meaningless here.
@@ -213,13 +204,3 @@ def _to(ctx: Context, x: Tensor, *args: object, **kwargs: object) -> Tensor:
     unknown = sorted(set(kwargs) - allowed)
     require(not unknown, f"{ctx.op} argument(s) {unknown}")
     return cast(x, ctx.out_dtype)
-
-
-@handles("type_as")
-def _type_as(ctx: Context, x: Tensor, other: Tensor) -> Tensor:
-    return cast(x, other.dtype)
-
-
-@handles("lift_fresh")
-def _lift_fresh(ctx: Context, x: Tensor) -> Tensor:
-    return x

@@ -43,11 +43,6 @@ def _select(ctx: Context, x: Tensor, dim: int, index: int) -> Tensor:
     return x[tuple(items)]
 
 
-@handles("narrow", "narrow_copy")
-def _narrow(ctx: Context, x: Tensor, dim: int, start: int, length: int) -> Tensor:
-    return tg.narrow(x, dim, start, length)
-
-
 def _pieces(x: Tensor, dim: int, sizes: Sequence[int]) -> tuple[Tensor, ...]:
     dim %= x.ndim
     result, start = [], 0
@@ -57,7 +52,7 @@ def _pieces(x: Tensor, dim: int, sizes: Sequence[int]) -> tuple[Tensor, ...]:
     return tuple(result)
 
 
-@handles("split", "split_with_sizes", "split_copy", "split_with_sizes_copy")
+@handles("split", "split_with_sizes", "split_copy")
 def _split(ctx: Context, x: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple:
     if isinstance(sizes, int):
         total = x.shape[dim]
@@ -65,29 +60,11 @@ def _split(ctx: Context, x: Tensor, sizes: int | Sequence[int], dim: int = 0) ->
     return _pieces(x, dim, sizes)
 
 
-@handles("chunk")
-def _chunk(ctx: Context, x: Tensor, chunks: int, dim: int = 0) -> tuple:
-    total = x.shape[dim]
-    size = -(-total // chunks)
-    return _pieces(x, dim, [min(size, total - start) for start in range(0, total, size)])
-
-
-@handles("unbind", "unbind_copy")
-def _unbind(ctx: Context, x: Tensor, dim: int = 0) -> tuple:
-    dim %= x.ndim
-    return tuple(tg.squeeze(p, dim) for p in _pieces(x, dim, [1] * x.shape[dim]))
-
-
-@handles("cat", "concat")
+@handles("cat")
 def _cat(ctx: Context, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     # torch still accepts 1-D empty tensors in a cat of any rank: they contribute nothing.
     kept = [cast(t, ctx.out_dtype) for t in tensors if t.shape != (0,)]
     return kept[0] if len(kept) == 1 else tg.concatenate(kept, dim)
-
-
-@handles("stack")
-def _stack(ctx: Context, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    return tg.stack([cast(t, ctx.out_dtype) for t in tensors], dim)
 
 
 @handles("flip")
@@ -95,16 +72,6 @@ def _flip(ctx: Context, x: Tensor, dims: Sequence[int]) -> Tensor:
     for dim in dims:
         positions = np.arange(x.shape[dim] - 1, -1, -1, dtype=np.int32)
         x = tg.take(x, ctx.graph.constant(positions), dim)
-    return x
-
-
-@handles("roll")
-def _roll(ctx: Context, x: Tensor, shifts: Sequence[int], dims: Sequence[int] = ()) -> Tensor:
-    require(len(dims) == len(shifts), "roll without dims (over the flattened tensor)")
-    for shift, dim in zip(shifts, dims, strict=True):
-        size = x.shape[dim]
-        positions = (np.arange(size) - shift) % size
-        x = tg.take(x, ctx.graph.constant(positions.astype(np.int32)), dim)
     return x
 
 
@@ -139,9 +106,7 @@ def _embedding(
 
 
 @handles("gather")
-def _gather(
-    ctx: Context, x: Tensor, dim: int, index: Tensor, sparse_grad: bool = False
-) -> Tensor:
+def _gather(ctx: Context, x: Tensor, dim: int, index: Tensor, sparse_grad: bool = False) -> Tensor:
     return tg.gather(x, index, dim % max(x.ndim, 1))
 
 
@@ -171,8 +136,10 @@ def _index(ctx: Context, x: Tensor, indices: Sequence[Tensor | None]) -> Tensor:
     # 3. adjacent indexed dims keep their place: move the broadcast dims back to it.
     first, batch = indexed[0], linear.ndim
     if indexed == list(range(first, first + len(indexed))) and first > 0:
-        axes = list(range(batch, batch + first)) + list(range(batch)) + list(
-            range(batch + first, result.ndim)
+        axes = (
+            list(range(batch, batch + first))
+            + list(range(batch))
+            + list(range(batch + first, result.ndim))
         )
         result = tg.transpose(result, axes)
     return result
@@ -221,32 +188,8 @@ def _full_handler(ctx: Context, size: Sequence[int], value: object, dtype: objec
     return _full(ctx, value, dtype)
 
 
-@handles("zeros", "ones", "empty", "empty_strided", "empty_permuted")
-def _zeros(ctx: Context, size: Sequence[int], *layout: object, dtype: object = None) -> Tensor:
-    # empty's values are unspecified: zeros are as good as any.
-    return _full(ctx, 1 if ctx.op == "ones" else 0, dtype)
-
-
 @handles("full_like")
 def _full_like(ctx: Context, x: Tensor, value: object, dtype: object = None) -> Tensor:
-    return _full(ctx, value, dtype)
-
-
-@handles("zeros_like", "ones_like", "empty_like", "rand_like")
-def _zeros_like(ctx: Context, x: Tensor, dtype: object = None) -> Tensor:
-    require(ctx.op != "rand_like", "rand_like (random values)")
-    return _full(ctx, 1 if ctx.op == "ones_like" else 0, dtype)
-
-
-@handles("new_zeros", "new_ones", "new_empty", "new_empty_strided")
-def _new_zeros(ctx: Context, x: Tensor, size: Sequence[int], *rest: object, dtype: object = None):
-    return _full(ctx, 1 if ctx.op == "new_ones" else 0, dtype)
-
-
-@handles("new_full")
-def _new_full(
-    ctx: Context, x: Tensor, size: Sequence[int], value: object, dtype: object = None
-) -> Tensor:
     return _full(ctx, value, dtype)
 
 
@@ -255,37 +198,7 @@ def _scalar_tensor(ctx: Context, value: object, dtype: object = None) -> Tensor:
     return _full(ctx, value, dtype)
 
 
-@handles("fill")
-def _fill_handler(ctx: Context, x: Tensor, value: object) -> Tensor:
-    require(not isinstance(value, Tensor), "fill with a tensor value")
-    return _full(ctx, value, None)
-
-
 @handles("arange")
 def _arange(ctx: Context, *numbers: float, dtype: object = None) -> Tensor:
     start, end, step = (0, numbers[0], 1) if len(numbers) == 1 else (*numbers, 1)[:3]
     return tg.arange(ctx.graph, start, end, step, dtype=to_dtype(dtype, ctx.out_dtype))
-
-
-def _triangle(ctx: Context, x: Tensor, diagonal: int, upper: bool) -> Tensor:
-    rows, cols = x.shape[-2:]
-    r = tg.arange(ctx.graph, 0, rows).reshape(rows, 1)
-    c = tg.arange(ctx.graph, 0, cols).reshape(1, cols)
-    keep = (c - r >= diagonal) if upper else (c - r <= diagonal)
-    return tg.where(keep, x, tg.zeros(ctx.graph, x.shape, x.dtype))
-
-
-@handles("triu")
-def _triu(ctx: Context, x: Tensor, diagonal: int = 0) -> Tensor:
-    return _triangle(ctx, x, diagonal, upper=True)
-
-
-@handles("tril")
-def _tril(ctx: Context, x: Tensor, diagonal: int = 0) -> Tensor:
-    return _triangle(ctx, x, diagonal, upper=False)
-
-
-@handles("masked_fill")
-def _masked_fill(ctx: Context, x: Tensor, mask: Tensor, value: object) -> Tensor:
-    value = cast(value, x.dtype) if isinstance(value, Tensor) else _fill(value, x.dtype)
-    return tg.where(mask, value, x)

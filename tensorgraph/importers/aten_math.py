@@ -10,7 +10,7 @@ that dtype. Logic on non-bool tensors means "nonzero", as in torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import tensorgraph as tg
 from tensorgraph.importers.aten import (
@@ -48,7 +48,6 @@ UNARY: dict[str, Callable[[Tensor], Tensor]] = {
     "tanh": tg.tanh,
     "sigmoid": tg.sigmoid,
     "relu": tg.relu,
-    "silu": tg.silu,
     "floor": lambda x: tg.floor(x),
     "ceil": lambda x: tg.ceil(x),
     "round": lambda x: tg.round(x),
@@ -83,7 +82,7 @@ def _gelu(ctx: Context, x: Tensor, approximate: str = "none") -> Tensor:
     return tg.gelu(x, approximate)
 
 
-@handles("hardtanh", "clamp", "clip")
+@handles("hardtanh", "clamp")
 def _clamp(ctx: Context, x: Tensor, low: object = None, high: object = None) -> Tensor:
     # clamp.Tensor takes tensor bounds; torch computes in the promoted dtype.
     low, high = (cast(v, ctx.out_dtype) for v in (low, high))
@@ -91,31 +90,6 @@ def _clamp(ctx: Context, x: Tensor, low: object = None, high: object = None) -> 
         low = -1.0 if low is None else low
         high = 1.0 if high is None else high
     return tg.clip(cast(x, ctx.out_dtype), low, high)
-
-
-@handles("clamp_min")
-def _clamp_min(ctx: Context, x: Tensor, low: object) -> Tensor:
-    return tg.clip(cast(x, ctx.out_dtype), cast(low, ctx.out_dtype), None)
-
-
-@handles("clamp_max")
-def _clamp_max(ctx: Context, x: Tensor, high: object) -> Tensor:
-    return tg.clip(cast(x, ctx.out_dtype), None, cast(high, ctx.out_dtype))
-
-
-@handles("hardsigmoid")
-def _hardsigmoid(ctx: Context, x: Tensor) -> Tensor:
-    return tg.clip(x + 3.0, 0.0, 6.0) / 6.0
-
-
-@handles("hardswish")
-def _hardswish(ctx: Context, x: Tensor) -> Tensor:
-    return x * tg.clip(x + 3.0, 0.0, 6.0) / 6.0
-
-
-@handles("leaky_relu")
-def _leaky_relu(ctx: Context, x: Tensor, slope: float = 0.01) -> Tensor:
-    return tg.where(x > 0, x, x * slope)
 
 
 @handles("elu")
@@ -126,32 +100,33 @@ def _elu(
     return tg.where(x > 0, x, negative) * scale if scale != 1 else tg.where(x > 0, x, negative)
 
 
-@handles("softplus")
-def _softplus(ctx: Context, x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-    scaled = x * beta
-    return tg.where(scaled > threshold, x, tg.log1p(tg.exp(scaled)) / beta)
-
-
 # ---------------------------------------------------------------- binary arithmetic
 
 
-def _arith(fn: Callable[[object, object], Tensor]) -> Handler:
+def _arith(
+    fn: Callable[[object, object], Tensor], on_bool: Callable[[object, object], Tensor] | None = None
+) -> Handler:
+    """Arithmetic in torch's result dtype; on bools (torch allows add/mul/max/min there,
+    e.g. isfinite's decomposition) the logical op `on_bool`."""
+
     def handler(ctx: Context, a: object, b: object, alpha: float = 1) -> Tensor:
-        a, b = cast(a, ctx.out_dtype), cast(b, ctx.out_dtype)
+        dtype = ctx.out_dtype
+        if dtype == tg.bool_:
+            require(on_bool is not None, f"aten.{ctx.op} on bool tensors")
+            return on_bool(_truth(a), _truth(b))
+        a, b = cast(a, dtype), cast(b, dtype)
         return fn(a, b * alpha if alpha != 1 else b)
 
     return handler
 
 
-ATEN["add"] = _arith(tg.add)
+ATEN["add"] = _arith(tg.add, tg.logical_or)
 ATEN["sub"] = _arith(tg.subtract)
-ATEN["rsub"] = _arith(lambda a, b: tg.subtract(b, a))
-ATEN["mul"] = _arith(tg.multiply)
-ATEN["maximum"] = ATEN["fmax"] = _arith(tg.maximum)
-ATEN["minimum"] = ATEN["fmin"] = _arith(tg.minimum)
+ATEN["mul"] = _arith(tg.multiply, tg.logical_and)
+ATEN["maximum"] = ATEN["fmax"] = _arith(tg.maximum, tg.logical_or)
+ATEN["minimum"] = ATEN["fmin"] = _arith(tg.minimum, tg.logical_and)
 ATEN["remainder"] = _arith(lambda a, b: tg.remainder(a, b))
 ATEN["fmod"] = _arith(lambda a, b: tg.fmod(a, b))
-ATEN["floor_divide"] = _arith(lambda a, b: tg.floor_divide(a, b))
 ATEN["atan2"] = _arith(lambda a, b: tg.atan2(a, b))
 
 
@@ -331,7 +306,7 @@ def _var(
     return tg.sqrt(var) if ctx.op == "std" else var
 
 
-@handles("linalg_vector_norm", "norm")
+@handles("linalg_vector_norm")
 def _vector_norm(
     ctx: Context,
     x: Tensor,
@@ -350,17 +325,9 @@ def _vector_norm(
     return tg.max(tg.abs(x), axes, keepdim)
 
 
-@handles("softmax", "_softmax", "log_softmax", "_log_softmax")
+@handles("_softmax", "_log_softmax")
 def _softmax(ctx: Context, x: Tensor, dim: int, half_to_float: object = False) -> Tensor:
     # softmax.int's third argument is a dtype, _softmax's a half-to-float flag: both are
     # in torch's result dtype, which the input is cast to.
     x = cast(x, ctx.out_dtype)
     return (tg.softmax if "log" not in ctx.op else tg.log_softmax)(x, dim)
-
-
-@handles("logsumexp")
-def _logsumexp(ctx: Context, x: Tensor, dims: Sequence[int], keepdim: bool = False) -> Tensor:
-    axes = axes_of(x, dims)
-    top = tg.max(x, axes, True)
-    total = tg.log(tg.sum(tg.exp(x - top), axes, True)) + top
-    return total if keepdim else total.reshape(ctx.out_shape)

@@ -24,13 +24,7 @@ def _ints(value: object, n: int) -> tuple[int, ...]:
 # ---------------------------------------------------------------- matrix products
 
 
-@handles("linear")
-def _linear(ctx: Context, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    y = x @ tg.transpose(weight)
-    return y + bias if bias is not None else y
-
-
-@handles("addmm", "baddbmm")
+@handles("addmm")
 def _addmm(
     ctx: Context, bias: Tensor, a: Tensor, b: Tensor, *, beta: float = 1, alpha: float = 1
 ) -> Tensor:
@@ -41,7 +35,7 @@ def _addmm(
     return (bias * beta if beta != 1 else bias) + product
 
 
-@handles("mm", "bmm", "matmul")
+@handles("mm", "bmm")
 def _matmul(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return a @ b
 
@@ -49,7 +43,7 @@ def _matmul(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 # ---------------------------------------------------------------- convolution
 
 
-@handles("convolution", "conv1d", "conv2d", "_convolution")
+@handles("convolution", "_convolution")
 def _convolution(
     ctx: Context,
     x: Tensor,
@@ -63,9 +57,6 @@ def _convolution(
     groups: int = 1,
     *rest: object,
 ) -> Tensor:
-    if ctx.op in ("conv1d", "conv2d"):  # conv2d(x, w, bias, stride, padding, dilation, groups)
-        groups = transposed if not isinstance(transposed, bool) else 1
-        transposed = False
     spatial = w.ndim - 2
     require(not transposed, "transposed convolution")
     require(spatial in (1, 2), f"{spatial}-D convolution")
@@ -95,23 +86,6 @@ def _batch_norm_inference(
     return x * scale.reshape(shape) + shift.reshape(shape)
 
 
-@handles("batch_norm")
-def _batch_norm(
-    ctx: Context,
-    x: Tensor,
-    weight: Tensor | None,
-    bias: Tensor | None,
-    mean: Tensor,
-    var: Tensor,
-    training: bool,
-    momentum: float,
-    eps: float,
-    cudnn_enabled: bool = True,
-) -> Tensor:
-    require(not training, "batch_norm in training mode (call .eval() first)")
-    return _batch_norm_inference(x, weight, bias, mean, var, eps)
-
-
 @handles("_native_batch_norm_legit_no_training")
 def _native_batch_norm(
     ctx: Context,
@@ -129,8 +103,8 @@ def _native_batch_norm(
 # ---------------------------------------------------------------- pooling
 
 
-@handles("max_pool2d", "max_pool2d_with_indices")
-def _max_pool2d(
+@handles("max_pool2d_with_indices")
+def _max_pool2d_with_indices(
     ctx: Context,
     x: Tensor,
     kernel: Sequence[int],
@@ -148,10 +122,8 @@ def _max_pool2d(
         _ints(dilation, 2),
         bool(ceil_mode),
     )
-    if ctx.op == "max_pool2d_with_indices":
-        # The indices are only for max_unpool / training: an unused output of the node.
-        return (y, None)
-    return y
+    # The indices are only for max_unpool / training: an unused output of the node.
+    return (y, None)
 
 
 @handles("avg_pool2d")
@@ -177,7 +149,7 @@ def _avg_pool2d(
     )
 
 
-@handles("adaptive_avg_pool2d", "_adaptive_avg_pool2d")
+@handles("_adaptive_avg_pool2d")
 def _adaptive_avg_pool2d(ctx: Context, x: Tensor, output_size: Sequence[int]) -> Tensor:
     size = tuple(x.shape[-2 + i] if s is None else int(s) for i, s in enumerate(output_size))
     if size == (1, 1):  # global average pooling: one reduction, no pool window
@@ -189,14 +161,6 @@ def _adaptive_avg_pool2d(ctx: Context, x: Tensor, output_size: Sequence[int]) ->
 def _adaptive_max_pool2d(ctx: Context, x: Tensor, output_size: Sequence[int]) -> tuple:
     size = tuple(x.shape[-2 + i] if s is None else int(s) for i, s in enumerate(output_size))
     return (tg.adaptive_max_pool2d(x, size), None)
-
-
-@handles("pixel_shuffle")
-def _pixel_shuffle(ctx: Context, x: Tensor, factor: int) -> Tensor:
-    n, c, h, w = x.shape
-    out = c // (factor * factor)
-    y = x.reshape(n, out, factor, factor, h, w)
-    return tg.transpose(y, (0, 1, 4, 2, 5, 3)).reshape(n, out, h * factor, w * factor)
 
 
 @handles("upsample_nearest2d")

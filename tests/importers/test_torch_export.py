@@ -1,5 +1,7 @@
 """Importing torch.export programs: outputs equal PyTorch eager; every problem listed."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -116,20 +118,29 @@ def test_dtype_keywords_are_honoured() -> None:
     graph = tg.from_torch(Casts(), (x, n))
     got = run(graph, x, n)
     want = [t.numpy() for t in Casts()(x, n)]
-    assert [g.dtype for g in got] == [np.float16, np.int32, np.int64, np.int64, np.float32,
-                                      np.float32]
+    assert [g.dtype for g in got] == [
+        np.float16,
+        np.int32,
+        np.int64,
+        np.int64,
+        np.float32,
+        np.float32,
+    ]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-3)
 
 
 class NoGrad(torch.nn.Module):
+    """A no_grad region over a parameter: export wraps it in wrap_with_set_grad_enabled.
+    Core ATen ops only, so the raw export imports without decompositions."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.linear = torch.nn.Linear(4, 4)
+        self.scale = torch.nn.Parameter(torch.randn(4))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            y = torch.relu(self.linear(x))
+            y = torch.relu(x * self.scale)
         return y * 2
 
 
@@ -178,9 +189,7 @@ def test_tensor_metadata_assertions_are_dropped() -> None:
 
 def test_fused_composites_stay_whole_only_with_a_handler() -> None:
     table = decomposition_table()
-    kept = {op.name() for op in torch.export.default_decompositions()} - {
-        op.name() for op in table
-    }
+    kept = {op.name() for op in torch.export.default_decompositions()} - {op.name() for op in table}
     from tensorgraph.importers.torch_export import ATEN, FUSED_COMPOSITES
 
     for name in kept:
@@ -189,13 +198,13 @@ def test_fused_composites_stay_whole_only_with_a_handler() -> None:
 
 
 def test_source_line_is_the_last_frame_outside_torch() -> None:
-    class Node:
-        meta = {
+    node = SimpleNamespace(
+        meta={
             "stack_trace": (
                 'File "/home/u/model.py", line 7, in forward\n    y = self.f(x)\n'
                 'File "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", '
                 "line 125, in forward\n    return F.linear(input, self.weight)\n"
             )
         }
-
-    assert source_line(Node()) == "/home/u/model.py:7 in forward: y = self.f(x)"
+    )
+    assert source_line(node) == "/home/u/model.py:7 in forward: y = self.f(x)"
