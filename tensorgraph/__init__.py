@@ -85,6 +85,7 @@ from tensorgraph.ir.builder import (
     where,
     zeros,
 )
+from tensorgraph.ir.conv import adaptive_avg_pool2d, adaptive_max_pool2d, conv1d, pad
 from tensorgraph.ir.dtypes import (
     DType,
     bfloat16,

@@ -222,44 +222,6 @@ def _conv2d(node: Node, args: Sequence[mx.array]) -> mx.array:
     return mx.transpose(out, (0, 3, 1, 2))
 
 
-# ---------------------------------------------------------------- pooling
-
-
-def _lowest(node: Node) -> object:
-    """The identity of max in the node's dtype, the padding of max_pool2d: -inf, the
-    minimum integer (0 for uint8), False for bool."""
-    if node.dtype.is_float:
-        return -math.inf
-    if node.dtype.name == "bool":
-        return False
-    return int(np.iinfo(node.dtype.to_numpy()).min)
-
-
-def _max_pool2d(node: Node, args: Sequence[mx.array]) -> mx.array:
-    padded = _pad_hw(args[0], node.attr("padding"), _lowest(node))
-    windows = _window_slices(padded, node, node.attr("kernel_size"))
-    result = windows[0]
-    for w in windows[1:]:
-        result = mx.maximum(result, w)
-    return result
-
-
-def _avg_pool2d(node: Node, args: Sequence[mx.array]) -> mx.array:
-    """Window sums divided by the window area (or the count of real elements). Integer
-    and bool inputs are summed exactly in int64 (the oracle's float64 sums never wrap)
-    and divided in float32, which is exact while window sums stay below 2^24."""
-    x = args[0]
-    x = x.astype(mx.int64) if not node.dtype.is_float else _as(node, x)
-    padding, kernel = node.attr("padding"), node.attr("kernel_size")
-    windows = _window_slices(_pad_hw(x, padding, 0), node, kernel)
-    total = sum(windows[1:], start=windows[0])
-    if node.attr("count_include_pad"):
-        return _as(node, total / (kernel[0] * kernel[1]))
-    ones = mx.ones((1, 1, *x.shape[2:]), dtype=mx.float32)
-    counts = _window_slices(_pad_hw(ones, padding, 0), node, kernel)
-    return _as(node, total / sum(counts[1:], start=counts[0]))
-
-
 # ---------------------------------------------------------------- layout, gathers, generators
 
 
@@ -420,8 +382,6 @@ _TABLE: dict[str, Lowering] = {
     "arange": _arange,
     "full": _full,
     "conv2d": _conv2d,
-    "max_pool2d": _max_pool2d,
-    "avg_pool2d": _avg_pool2d,
 }
 
 
@@ -444,7 +404,8 @@ def _lowered(op: str, lower: Lowering) -> Lowering:
 
 # Op families kept in their own modules join the table here, once the helpers above
 # exist (they import them from this module).
-from tensorgraph.codegen_mlx import math_lowering  # noqa: E402
+from tensorgraph.codegen_mlx import math_lowering, pooling  # noqa: E402
 
 _TABLE.update(math_lowering.TABLE)
+_TABLE.update(pooling.TABLE)
 LOWERINGS: dict[str, Lowering] = {op: _lowered(op, fn) for op, fn in _TABLE.items()}

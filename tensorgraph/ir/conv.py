@@ -1,12 +1,15 @@
-"""2-D convolution and pooling over NCHW tensors (PyTorch's layout) with MLX's argument
-names. Kernel sizes, strides, paddings and dilations accept an int (both axes) or an
-(H, W) pair and are stored as pairs; a pool's stride defaults to its kernel size.
+"""Convolution, pooling and padding over NCHW tensors (PyTorch's layout) with PyTorch's
+semantics and argument names (MLX's where it has the op). Kernel sizes, strides,
+paddings and dilations accept an int (both axes) or an (H, W) pair and are stored as
+pairs; a pool's stride defaults to its kernel size. conv1d is conv2d between reshapes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tensorgraph.errors import ShapeError
+from tensorgraph.ir.functions import reshape
 from tensorgraph.ir.tensor import Tensor, emit
 
 
@@ -36,12 +39,52 @@ def conv2d(
     )
 
 
+def _single(value: int | Sequence[int], name: str) -> int:
+    if isinstance(value, int):
+        return value
+    if len(value) != 1:
+        raise ShapeError(f"conv1d: {name} must be an int or a 1-tuple but got {value}")
+    return int(value[0])
+
+
+def conv1d(
+    input: Tensor,
+    weight: Tensor,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+) -> Tensor:
+    """1-D convolution, NCL input and OIK weight (PyTorch's layout): a conv2d over a
+    height of 1, between two free reshapes (no op of its own: the planner and both
+    backends already handle conv2d's groups and dilation)."""
+    for name, t in (("input", input), ("weight", weight)):
+        if t.ndim != 3:
+            raise ShapeError(f"conv1d: {name} must be 3-D (N, C, L / O, C, K) but is {t!r}")
+    n, c, length = input.shape
+    o, cg, k = weight.shape
+    y = conv2d(
+        reshape(input, (n, c, 1, length)),
+        reshape(weight, (o, cg, 1, k)),
+        (1, _single(stride, "stride")),
+        (0, _single(padding, "padding")),
+        (1, _single(dilation, "dilation")),
+        groups,
+    )
+    return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+
+
 def max_pool2d(
     x: Tensor,
     kernel_size: int | Sequence[int],
     stride: int | Sequence[int] | None = None,
     padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    ceil_mode: bool = False,
 ) -> Tensor:
+    """torch.nn.functional.max_pool2d (no indices): padding counts as -inf, and with
+    ceil_mode a last partial window is kept when it starts inside the input or the left
+    padding (torch's output-size rule, see ir.window_inference)."""
     kernel = _pair(kernel_size)
     return emit(
         "max_pool2d",
@@ -49,6 +92,8 @@ def max_pool2d(
         kernel_size=kernel,
         stride=_pair(stride) if stride is not None else kernel,
         padding=_pair(padding),
+        dilation=_pair(dilation),
+        ceil_mode=bool(ceil_mode),
     )
 
 
@@ -57,14 +102,62 @@ def avg_pool2d(
     kernel_size: int | Sequence[int],
     stride: int | Sequence[int] | None = None,
     padding: int | Sequence[int] = 0,
+    ceil_mode: bool = False,
     count_include_pad: bool = True,
+    divisor_override: int | None = None,
 ) -> Tensor:
+    """torch.nn.functional.avg_pool2d: window sums (padding counts as 0) divided by
+    `divisor_override` if given, else by the window's extent within the padded input
+    (count_include_pad) or by its number of real elements."""
     kernel = _pair(kernel_size)
+    if divisor_override is not None and int(divisor_override) <= 0:
+        raise ShapeError(f"avg_pool2d: divisor_override must be positive, got {divisor_override}")
     return emit(
         "avg_pool2d",
         [x],
         kernel_size=kernel,
         stride=_pair(stride) if stride is not None else kernel,
         padding=_pair(padding),
-        count_include_pad=count_include_pad,
+        ceil_mode=bool(ceil_mode),
+        count_include_pad=bool(count_include_pad),
+        divisor_override=int(divisor_override or 0),
     )
+
+
+def _output_size(x: Tensor, output_size: int | Sequence[int | None]) -> tuple[int, int]:
+    """An int or an (H, W) pair; None keeps that input size (torch's convention)."""
+    if x.ndim != 4:
+        raise ShapeError(f"adaptive pooling needs an NCHW input but got {x!r}")
+    pair = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    if len(pair) != 2:
+        raise ShapeError(f"adaptive pooling: output_size {output_size} is not (H, W)")
+    return tuple(x.shape[2 + i] if s is None else int(s) for i, s in enumerate(pair))
+
+
+def adaptive_avg_pool2d(x: Tensor, output_size: int | Sequence[int | None]) -> Tensor:
+    """Output cell (i, j) averages rows [floor(i*H/OH), ceil((i+1)*H/OH)) and likewise
+    columns, for any input and output sizes (torch's windows; they may overlap)."""
+    return emit("adaptive_avg_pool2d", [x], output_size=_output_size(x, output_size))
+
+
+def adaptive_max_pool2d(x: Tensor, output_size: int | Sequence[int | None]) -> Tensor:
+    """The maximum over adaptive_avg_pool2d's windows (values only, no indices)."""
+    return emit("adaptive_max_pool2d", [x], output_size=_output_size(x, output_size))
+
+
+def pad(
+    x: Tensor,
+    pads: Sequence[tuple[int, int]],
+    value: float = 0.0,
+    mode: str = "constant",
+) -> Tensor:
+    """Pad (lo, hi) elements on each axis, pairs given from the first axis (NumPy's order,
+    the reverse of torch.nn.functional.pad's flat list); axes past the last pair are left
+    alone. Modes: "constant" (`value`, converted to x's dtype; a negative amount crops,
+    as torch's constant_pad_nd does), "reflect" (mirror without repeating the edge, each
+    amount below the axis size) and "replicate" (repeat the edge)."""
+    pairs = [tuple(int(v) for v in pair) for pair in pads]
+    if len(pairs) > x.ndim or any(len(pair) != 2 for pair in pairs):
+        raise ShapeError(f"pad: pads {tuple(pads)} must be at most {x.ndim} (lo, hi) pairs")
+    pairs += [(0, 0)] * (x.ndim - len(pairs))
+    return emit("pad", [x], pads=tuple(v for pair in pairs for v in pair), value=value, mode=mode)

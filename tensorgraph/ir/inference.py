@@ -310,52 +310,6 @@ def infer_broadcast_to(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DT
     return shape, x.dtype
 
 
-def _pair(attrs: Mapping, name: str) -> tuple[int, int]:
-    value = attrs[name]
-    if len(value) != 2:
-        raise ShapeError(f"{name} must have 2 entries (H, W) but got {value}")
-    return value
-
-
-def _window_out(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
-    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
-
-
-def infer_conv2d(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    x, w = xs
-    if len(x.shape) != 4 or len(w.shape) != 4:
-        raise ShapeError(f"conv2d needs NCHW input and OIHW weight: {x}, {w}")
-    stride, padding, dilation = (_pair(attrs, n) for n in ("stride", "padding", "dilation"))
-    groups = attrs["groups"]
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    if groups < 1 or c % groups or o % groups or cg * groups != c:
-        raise ShapeError(f"conv2d: {x} channels do not match weight {w} with groups={groups}")
-    if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
-        raise ShapeError(f"conv2d: bad stride {stride} / dilation {dilation} / padding {padding}")
-    oh = _window_out(h, kh, stride[0], padding[0], dilation[0])
-    ow = _window_out(wd, kw, stride[1], padding[1], dilation[1])
-    if oh <= 0 or ow <= 0:
-        raise ShapeError(f"conv2d: kernel {w.shape[2:]} larger than padded input {x}")
-    return (n, o, oh, ow), promote_types(x.dtype, w.dtype)
-
-
-def infer_pool(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    (x,) = xs
-    if len(x.shape) != 4:
-        raise ShapeError(f"pooling needs an NCHW input but got {x}")
-    kernel, stride, padding = (_pair(attrs, n) for n in ("kernel_size", "stride", "padding"))
-    if min(kernel) < 1 or min(stride) < 1 or min(padding) < 0:
-        raise ShapeError(f"pool: bad kernel {kernel} / stride {stride} / padding {padding}")
-    if padding[0] * 2 > kernel[0] or padding[1] * 2 > kernel[1]:
-        raise ShapeError(f"pool: padding {padding} exceeds half the kernel {kernel}")
-    oh = _window_out(x.shape[2], kernel[0], stride[0], padding[0], 1)
-    ow = _window_out(x.shape[3], kernel[1], stride[1], padding[1], 1)
-    if oh <= 0 or ow <= 0:
-        raise ShapeError(f"pool: kernel {kernel} larger than padded input {x}")
-    return (*x.shape[:2], oh, ow), x.dtype
-
-
 def infer_boundary(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     if any(d < 0 for d in attrs["shape"]):
         raise ShapeError(f"negative dim in {attrs['shape']}")

@@ -20,7 +20,6 @@ from tensorgraph.ir.inference import (
     infer_cast,
     infer_compare,
     infer_concat,
-    infer_conv2d,
     infer_float_binary,
     infer_full,
     infer_gather,
@@ -28,7 +27,6 @@ from tensorgraph.ir.inference import (
     infer_matmul,
     infer_minmax,
     infer_narrow,
-    infer_pool,
     infer_predicate,
     infer_reduce,
     infer_reshape,
@@ -41,6 +39,12 @@ from tensorgraph.ir.inference import (
     infer_where,
 )
 from tensorgraph.ir.ops import AttrSpec, OpDef, register
+from tensorgraph.ir.window_inference import (
+    infer_adaptive_pool,
+    infer_conv2d,
+    infer_pad,
+    infer_pool,
+)
 
 # ---------------------------------------------------------------- boundary nodes
 
@@ -196,19 +200,53 @@ register(
         category="conv",
     )
 )
+# Attributes added after the first release have defaults, so older graphs and JSON load
+# unchanged (divisor_override 0 means none: the schema has no optional ints).
 _POOL = {
     "kernel_size": AttrSpec("ints"),
     "stride": AttrSpec("ints"),
     "padding": AttrSpec("ints", (0, 0)),
+    "ceil_mode": AttrSpec("bool", False),
 }
-register(OpDef("max_pool2d", 1, 1, infer_pool, _POOL, category="pool"))
+register(
+    OpDef(
+        "max_pool2d",
+        1,
+        1,
+        infer_pool,
+        {**_POOL, "dilation": AttrSpec("ints", (1, 1))},
+        category="pool",
+    )
+)
 register(
     OpDef(
         "avg_pool2d",
         1,
         1,
         infer_pool,
-        {**_POOL, "count_include_pad": AttrSpec("bool", True)},
+        {
+            **_POOL,
+            "count_include_pad": AttrSpec("bool", True),
+            "divisor_override": AttrSpec("int", 0),
+        },
         category="pool",
+    )
+)
+for _name in ("adaptive_avg_pool2d", "adaptive_max_pool2d"):
+    register(
+        OpDef(_name, 1, 1, infer_adaptive_pool, {"output_size": AttrSpec("ints")}, category="pool")
+    )
+register(
+    OpDef(
+        "pad",
+        1,
+        1,
+        infer_pad,
+        {
+            "pads": AttrSpec("ints"),
+            "value": AttrSpec("scalar", 0.0),
+            "mode": AttrSpec("str", "constant"),
+        },
+        category="layout",
     )
 )

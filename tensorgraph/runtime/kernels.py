@@ -276,34 +276,6 @@ def _lowest(dtype: np.dtype) -> object:
     return np.iinfo(dtype).min
 
 
-def _max_pool2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    x = _wide(args[0])
-    padded = _pad_hw(x, node.attr("padding"), _lowest(x.dtype))
-    kernel, stride = node.attr("kernel_size"), node.attr("stride")
-    return _windows(padded, kernel, stride, (1, 1), node.shape[2:]).max(axis=(4, 5))
-
-
-def _in_bounds(size: int, out: int, kernel: int, stride: int, pad: int) -> np.ndarray:
-    """How many of each output window's `kernel` positions fall inside [0, size)."""
-    starts = np.arange(out) * stride - pad
-    return np.minimum(starts + kernel, size) - np.maximum(starts, 0)
-
-
-def _avg_pool2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    """Window sums over the zero-padded input divided by the window area, or, without
-    count_include_pad, by the number of real (unpadded) elements in each window."""
-    x = args[0]
-    x = x.astype(np.float64) if x.dtype.kind in "biu" else _wide(x)
-    kernel, stride, padding = (node.attr(k) for k in ("kernel_size", "stride", "padding"))
-    oh, ow = node.shape[2:]
-    total = _windows(_pad_hw(x, padding, 0), kernel, stride, (1, 1), (oh, ow)).sum(axis=(4, 5))
-    if node.attr("count_include_pad"):
-        return total / (kernel[0] * kernel[1])
-    rows = _in_bounds(x.shape[2], oh, kernel[0], stride[0], padding[0])
-    cols = _in_bounds(x.shape[3], ow, kernel[1], stride[1], padding[1])
-    return total / np.outer(rows, cols).astype(x.dtype)
-
-
 KERNELS: dict[str, Kernel] = {
     "neg": _unary(np.negative),
     "abs": _unary(np.abs),
@@ -363,8 +335,6 @@ KERNELS: dict[str, Kernel] = {
     "arange": _arange,
     "full": _full,
     "conv2d": _conv2d,
-    "max_pool2d": _max_pool2d,
-    "avg_pool2d": _avg_pool2d,
 }
 
 
@@ -404,6 +374,7 @@ def evaluate(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
 
 # Op families kept in their own modules register into the one table here, once the
 # helpers above exist (they import them from this module).
-from tensorgraph.runtime import math_kernels  # noqa: E402
+from tensorgraph.runtime import math_kernels, window_kernels  # noqa: E402
 
 KERNELS.update(math_kernels.KERNELS)
+KERNELS.update(window_kernels.KERNELS)

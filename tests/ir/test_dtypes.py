@@ -51,7 +51,7 @@ def test_unknown_dtypes_are_named(value) -> None:
         as_dtype(value)
 
 
-@pytest.mark.parametrize(("a", "b"), itertools.product(ALL, ALL), ids=str)
+@pytest.mark.parametrize(("a", "b"), list(itertools.product(ALL, ALL)), ids=str)
 def test_promotion_is_symmetric_and_holds_both(a: tg.DType, b: tg.DType) -> None:
     c = promote_types(a, b)
     assert c == promote_types(b, a)
@@ -73,7 +73,7 @@ def test_promotion_is_associative_over_all_triples() -> None:
         assert left == right, f"({a}, {b}), {c} -> {left} but {a}, ({b}, {c}) -> {right}"
 
 
-@pytest.mark.parametrize(("a", "b"), itertools.product(NON_FLOAT, NON_FLOAT), ids=str)
+@pytest.mark.parametrize(("a", "b"), list(itertools.product(NON_FLOAT, NON_FLOAT)), ids=str)
 def test_integer_promotion_agrees_with_numpy(a: tg.DType, b: tg.DType) -> None:
     assert promote_types(a, b).to_numpy() == np.promote_types(a.to_numpy(), b.to_numpy())
 

@@ -19,6 +19,7 @@ from tests.ir import (
     test_ops_math,
     test_ops_reductions,
     test_ops_scans,
+    test_ops_windows,
 )
 from tests.ir.op_cases import (
     BF16,
@@ -40,6 +41,7 @@ TABLES = (
     test_ops_conv_pool,
     test_ops_math,
     test_ops_scans,
+    test_ops_windows,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand

@@ -100,7 +100,7 @@ for _k, _s, _p in POOLS:
             "avg_pool2d",
             f"k{_k}-s{_s}-p{_p}-count_include_pad={_include}",
             [_NEGATIVE],
-            lambda x, k=_k, s=_s, p=_p, c=_include: tg.avg_pool2d(x, k, s, p, c),
+            lambda x, k=_k, s=_s, p=_p, c=_include: tg.avg_pool2d(x, k, s, p, count_include_pad=c),
             tg.float32,
             lambda x, k=_k, s=_stride, p=_p, c=_include: naive_avg(x, k, s, p, c),
         )

@@ -1,0 +1,130 @@
+"""Shape and dtype inference of the windowed NCHW ops (conv2d, max/avg pools, adaptive
+pools) and of `pad`, with PyTorch's output-size rules. Same contract as
+`ir.inference`: pure functions of the operands and canonical attributes, raising
+ShapeError/DTypeError without the node prefix.
+
+Pool output size (torch's `pooling_output_shape`): out = floor((size + 2 * pad -
+dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode)) / stride) + 1, and with ceil_mode
+one fewer when the last window would start at or past the end of the input plus the left
+padding: every window then starts inside the input or the left padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from tensorgraph.errors import ShapeError
+from tensorgraph.ir.dtypes import DType, promote_types
+from tensorgraph.ir.shapes import Shape
+
+if TYPE_CHECKING:
+    from tensorgraph.ir.ops import Operand
+
+PAD_MODES = ("constant", "reflect", "replicate")
+
+
+def _pair(attrs: Mapping, name: str) -> tuple[int, int]:
+    value = attrs[name]
+    if len(value) != 2:
+        raise ShapeError(f"{name} must have 2 entries (H, W) but got {value}")
+    return value
+
+
+def _window_out(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def pool_output_size(
+    size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool
+) -> int:
+    """torch's pooling output size along one axis (see the module docstring)."""
+    span = dilation * (kernel - 1) + 1
+    out = (size + 2 * pad - span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def infer_conv2d(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    x, w = xs
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise ShapeError(f"conv2d needs NCHW input and OIHW weight: {x}, {w}")
+    stride, padding, dilation = (_pair(attrs, n) for n in ("stride", "padding", "dilation"))
+    groups = attrs["groups"]
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    if groups < 1 or c % groups or o % groups or cg * groups != c:
+        raise ShapeError(f"conv2d: {x} channels do not match weight {w} with groups={groups}")
+    if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+        raise ShapeError(f"conv2d: bad stride {stride} / dilation {dilation} / padding {padding}")
+    oh = _window_out(h, kh, stride[0], padding[0], dilation[0])
+    ow = _window_out(wd, kw, stride[1], padding[1], dilation[1])
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"conv2d: kernel {w.shape[2:]} larger than padded input {x}")
+    return (n, o, oh, ow), promote_types(x.dtype, w.dtype)
+
+
+def infer_pool(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """max_pool2d and avg_pool2d (avg has no dilation attribute: 1). torch's checks:
+    positive kernel, stride and dilation, padding at most half the kernel, at least one
+    output position; avg's divisor_override is 0 (none) or positive."""
+    (x,) = xs
+    if len(x.shape) != 4:
+        raise ShapeError(f"pooling needs an NCHW input but got {x}")
+    kernel, stride, padding = (_pair(attrs, n) for n in ("kernel_size", "stride", "padding"))
+    dilation = _pair(attrs, "dilation") if "dilation" in attrs else (1, 1)
+    if min(kernel) < 1 or min(stride) < 1 or min(padding) < 0 or min(dilation) < 1:
+        raise ShapeError(
+            f"pool: bad kernel {kernel} / stride {stride} / padding {padding} / dilation {dilation}"
+        )
+    if padding[0] * 2 > kernel[0] or padding[1] * 2 > kernel[1]:
+        raise ShapeError(f"pool: padding {padding} exceeds half the kernel {kernel}")
+    if attrs.get("divisor_override", 0) < 0:
+        raise ShapeError(
+            f"pool: divisor_override must be positive, got {attrs['divisor_override']}"
+        )
+    ceil_mode = attrs["ceil_mode"]
+    oh, ow = (
+        pool_output_size(x.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
+        for i in range(2)
+    )
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"pool: kernel {kernel} (dilation {dilation}) larger than padded {x}")
+    return (*x.shape[:2], oh, ow), x.dtype
+
+
+def infer_adaptive_pool(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """adaptive_avg_pool2d/adaptive_max_pool2d: (N, C, OH, OW) from a non-empty H x W."""
+    (x,) = xs
+    if len(x.shape) != 4:
+        raise ShapeError(f"adaptive pooling needs an NCHW input but got {x}")
+    oh, ow = _pair(attrs, "output_size")
+    if oh < 1 or ow < 1 or 0 in x.shape[2:]:
+        raise ShapeError(f"adaptive pool: output size {(oh, ow)} from {x} needs both non-empty")
+    return (*x.shape[:2], oh, ow), x.dtype
+
+
+def infer_pad(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """`pads` is (lo, hi) per axis, flattened, one pair per axis of x. Constant mode may
+    crop (negative entries) but not past the axis; reflect needs each pad below the axis
+    size, replicate a non-empty axis to pad; neither crops."""
+    (x,) = xs
+    pads, mode = attrs["pads"], attrs["mode"]
+    if mode not in PAD_MODES:
+        raise ShapeError(f"pad: mode must be one of {PAD_MODES} but got {mode!r}")
+    if len(pads) != 2 * len(x.shape):
+        raise ShapeError(f"pad: {len(pads) // 2} (lo, hi) pairs for {x} of rank {len(x.shape)}")
+    shape = []
+    for axis, size in enumerate(x.shape):
+        lo, hi = pads[2 * axis], pads[2 * axis + 1]
+        if mode == "constant":
+            bad = max(-lo, 0) + max(-hi, 0) > size
+        elif mode == "reflect":
+            bad = lo < 0 or hi < 0 or max(lo, hi) >= max(size, 1)
+        else:
+            bad = lo < 0 or hi < 0 or (size == 0 and lo + hi > 0)
+        if bad:
+            raise ShapeError(f"pad: ({lo}, {hi}) on axis {axis} of {x} in {mode} mode")
+        shape.append(size + lo + hi)
+    return tuple(shape), x.dtype

@@ -1,0 +1,132 @@
+"""NumPy kernels of the pools (max/avg with padding, dilation and ceil_mode; adaptive
+avg/max) and of `pad`, registered in `runtime.kernels.KERNELS` (same contract: a fresh
+result of the node's shape and dtype; half precision computed in float32).
+
+Pools follow torch: padding counts as -inf for max and as 0 in avg's sums; with
+ceil_mode the last window may run past the padded input (inference guarantees it starts
+inside the input or the left padding), and the overhang is ignored. avg_pool2d divides
+by `divisor_override` when set, else by the window's extent clipped to the padded input
+(count_include_pad) or by its count of real elements. Adaptive windows along an axis of
+`size` into `out` cells are [floor(i * size / out), ceil((i + 1) * size / out)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tensorgraph.ir.node import Node
+from tensorgraph.runtime.kernels import Kernel, _lowest, _wide, _windows
+
+
+def window_extra(size: int, out: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    """Elements past the right padding that the last of `out` windows reaches (ceil_mode);
+    0 when every window fits."""
+    needed = (out - 1) * stride + dilation * (kernel - 1) + 1
+    return max(0, needed - (size + 2 * pad))
+
+
+def _padded(x: np.ndarray, node: Node, dilation: tuple[int, int], fill: object) -> np.ndarray:
+    """x padded by the node's padding on both sides plus ceil_mode's overhang, with `fill`."""
+    kernel, stride, padding = (node.attr(k) for k in ("kernel_size", "stride", "padding"))
+    widths = [(0, 0), (0, 0)]
+    for i in range(2):
+        extra = window_extra(
+            x.shape[2 + i], node.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i]
+        )
+        widths.append((padding[i], padding[i] + extra))
+    return np.pad(x, widths, constant_values=fill)
+
+
+def pool_divisors(size: int, out: int, kernel: int, stride: int, pad: int) -> tuple:
+    """(extent within the padded input, count of real elements) of each of `out` windows
+    along one axis, as int arrays."""
+    starts = np.arange(out) * stride - pad
+    ends = np.minimum(starts + kernel, size + pad)
+    return ends - starts, np.minimum(ends, size) - np.maximum(starts, 0)
+
+
+def _max_pool2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    x = _wide(args[0])
+    dilation = node.attr("dilation")
+    padded = _padded(x, node, dilation, _lowest(x.dtype))
+    kernel, stride = node.attr("kernel_size"), node.attr("stride")
+    return _windows(padded, kernel, stride, dilation, node.shape[2:]).max(axis=(4, 5))
+
+
+def _avg_pool2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    x = args[0]
+    x = x.astype(np.float64) if x.dtype.kind in "biu" else _wide(x)
+    kernel, stride, padding = (node.attr(k) for k in ("kernel_size", "stride", "padding"))
+    oh, ow = node.shape[2:]
+    padded = _padded(x, node, (1, 1), 0)
+    total = _windows(padded, kernel, stride, (1, 1), (oh, ow)).sum(axis=(4, 5))
+    if node.attr("divisor_override"):
+        return total / node.attr("divisor_override")
+    rows = pool_divisors(x.shape[2], oh, kernel[0], stride[0], padding[0])
+    cols = pool_divisors(x.shape[3], ow, kernel[1], stride[1], padding[1])
+    which = 0 if node.attr("count_include_pad") else 1
+    return total / np.outer(rows[which], cols[which]).astype(x.dtype)
+
+
+def adaptive_windows(size: int, out: int) -> list[tuple[int, int]]:
+    """torch's adaptive pooling windows: [floor(i*size/out), ceil((i+1)*size/out))."""
+    return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
+
+
+def _adaptive(reduce: Callable[..., np.ndarray], average: bool) -> Kernel:
+    """Separable: reduce row bands, then column bands (a max of maxes is the max of the
+    rectangle; sums of sums its sum, divided once by the rectangle's area)."""
+
+    def kernel(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+        x = args[0]
+        x = x.astype(np.float64) if average and x.dtype.kind in "biu" else _wide(x)
+        rows = adaptive_windows(x.shape[2], node.shape[2])
+        cols = adaptive_windows(x.shape[3], node.shape[3])
+        x = np.stack([reduce(x[:, :, s:e], axis=2) for s, e in rows], axis=2)
+        x = np.stack([reduce(x[:, :, :, s:e], axis=3) for s, e in cols], axis=3)
+        if not average:
+            return x
+        area = np.outer([e - s for s, e in rows], [e - s for s, e in cols])
+        return x / area.astype(x.dtype)
+
+    return kernel
+
+
+def pad_indices(size: int, lo: int, hi: int, mode: str) -> np.ndarray:
+    """For reflect/replicate: the source position of each output position along an axis
+    (the padded positions -lo .. size + hi - 1 mirrored or clamped into [0, size))."""
+    positions = np.arange(-lo, size + hi)
+    if mode == "reflect":
+        positions = np.abs(positions)
+        return np.where(positions >= size, 2 * (size - 1) - positions, positions)
+    return np.clip(positions, 0, size - 1)
+
+
+def _pad(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    x = args[0]
+    pads, mode = node.attr("pads"), node.attr("mode")
+    pairs = [(pads[2 * a], pads[2 * a + 1]) for a in range(x.ndim)]
+    if mode != "constant":
+        for axis, (lo, hi) in enumerate(pairs):
+            if lo or hi:
+                x = np.take(x, pad_indices(x.shape[axis], lo, hi, mode), axis=axis)
+        return x
+    if x.ndim == 0:
+        return x
+    crop = tuple(
+        slice(max(-lo, 0), size - max(-hi, 0))
+        for (lo, hi), size in zip(pairs, x.shape, strict=True)
+    )
+    value = np.asarray(node.attr("value")).astype(x.dtype)  # NumPy's cast, as full's
+    return np.pad(x[crop], [(max(lo, 0), max(hi, 0)) for lo, hi in pairs], constant_values=value)
+
+
+KERNELS: dict[str, Kernel] = {
+    "max_pool2d": _max_pool2d,
+    "avg_pool2d": _avg_pool2d,
+    "adaptive_avg_pool2d": _adaptive(np.sum, average=True),
+    "adaptive_max_pool2d": _adaptive(np.max, average=False),
+    "pad": _pad,
+}
