@@ -150,22 +150,12 @@ def _index(ctx: Context, x: Tensor, indices: Sequence[Tensor | None]) -> Tensor:
 
 @handles("constant_pad_nd")
 def _constant_pad_nd(ctx: Context, x: Tensor, pad: Sequence[int], value: float = 0) -> Tensor:
-    # pad pairs run from the last dim backwards; negative amounts crop.
-    for pair in range(len(pad) // 2):
-        dim = x.ndim - 1 - pair
-        before, after = pad[2 * pair], pad[2 * pair + 1]
-        if before < 0 or after < 0:
-            start, stop = max(-before, 0), x.shape[dim] - max(-after, 0)
-            x = tg.narrow(x, dim, start, stop - start)
-        parts = []
-        for amount in (max(before, 0), max(after, 0)):
-            shape = list(x.shape)
-            shape[dim] = amount
-            parts.append(tg.full(ctx.graph, shape, _fill(value, x.dtype), dtype=x.dtype))
-        if before > 0 or after > 0:
-            kept = [p for p in (parts[0], x, parts[1]) if p.shape[dim] > 0]
-            x = tg.concatenate(kept, dim)
-    return x
+    # torch's flat list pairs dims from the last one backwards; tg.pad takes one (before,
+    # after) pair per axis from the first (negative amounts crop in both).
+    pairs = [(0, 0)] * x.ndim
+    for k in range(len(pad) // 2):
+        pairs[x.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+    return tg.pad(x, pairs, _fill(value, x.dtype))
 
 
 # ---------------------------------------------------------------- generators

@@ -104,7 +104,7 @@ def _elu(
 
 
 def _arith(
-    fn: Callable[[object, object], Tensor], on_bool: Callable[[object, object], Tensor] | None = None
+    fn: Callable[[object, object], Tensor], on_bool: Callable[..., Tensor] | None = None
 ) -> Handler:
     """Arithmetic in torch's result dtype; on bools (torch allows add/mul/max/min there,
     e.g. isfinite's decomposition) the logical op `on_bool`."""
