@@ -171,6 +171,9 @@ class _Importer:
                 continue
             spec = specs[node.name]
             meta = node.meta["val"]
+            if meta.dtype not in DTYPES:
+                values[node.name] = self.fail(node, f"{spec.kind.name.lower()} of {meta.dtype}")
+                continue
             shape, dtype = tuple(int(d) for d in meta.shape), to_dtype(meta.dtype)
             if spec.kind.name == "USER_INPUT":
                 values[node.name] = self.graph.input(node.name, shape, dtype)
@@ -182,8 +185,8 @@ class _Importer:
         outputs = self.run_graph(self.program.graph_module, values)
         if self.problems:
             raise GraphError(
-                f"cannot import {self.name!r}: {len(self.problems)} problem(s):\n  "
-                + "\n  ".join(self.problems)
+                f"importing {self.name!r} failed at step 'import': "
+                f"{len(self.problems)} problem(s):\n  " + "\n  ".join(self.problems)
             )
         user = {
             spec.arg.name
@@ -191,7 +194,7 @@ class _Importer:
             if spec.kind.name == "USER_OUTPUT"
         }
         for fx_node, value in outputs:
-            if fx_node is not None and fx_node.name in user:
+            if isinstance(fx_node, torch.fx.Node) and fx_node.name in user:
                 self.graph.output(value)
         return fold_weights(self.graph)
 
@@ -235,10 +238,12 @@ class _Importer:
             return self.fail(node, f"unsupported op aten.{op}")
         try:
             result = handler(self.ctx, *args, **kwargs)
-        except (TensorGraphError, TypeError, ValueError) as err:
-            # Unsupported (and any builder error) is an argument the handler cannot map;
-            # a TypeError is an argument its signature does not take.
+        except TensorGraphError as err:  # Unsupported, or a builder error on the arguments
             return self.fail(node, f"aten.{op}: {err}")
+        except Exception as err:
+            # A TypeError is an argument the handler's signature does not take; any other
+            # failure is still this node's problem, listed with the rest, never a crash.
+            return self.fail(node, f"aten.{op}: {type(err).__name__}: {err}")
         mismatch = _check_result(result, node.meta.get("val"))
         return self.fail(node, f"aten.{op}: {mismatch}") if mismatch else result
 

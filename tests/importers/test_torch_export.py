@@ -81,7 +81,7 @@ def test_every_problem_is_listed_at_once_with_nodes_and_source_lines() -> None:
     with pytest.raises(tg.GraphError) as info:
         tg.from_torch(Problems(), (torch.randn(3, 4),), "problems")
     message = str(info.value)
-    assert "cannot import 'problems': 4 problem(s)" in message
+    assert "importing 'problems' failed at step 'import': 4 problem(s)" in message
     assert "special_bessel_j0: unsupported op aten.special_bessel_j0" in message
     assert "special_bessel_j0_1: unsupported op aten.special_bessel_j0" in message
     assert "float64 has no tensorgraph equivalent" in message
@@ -208,3 +208,14 @@ def test_source_line_is_the_last_frame_outside_torch() -> None:
         }
     )
     assert source_line(node) == "/home/u/model.py:7 in forward: y = self.f(x)"
+
+
+def test_an_input_of_a_dtype_tensorgraph_lacks_is_listed_with_the_other_problems() -> None:
+    class Double(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x.float() + torch.special.bessel_j0(y)
+
+    with pytest.raises(tg.GraphError, match=r"2 problem\(s\)") as info:
+        tg.from_torch(Double(), (torch.randn(3, dtype=torch.float64), torch.randn(3)))
+    assert "x: user_input of torch.float64" in str(info.value)
+    assert "unsupported op aten.special_bessel_j0" in str(info.value)
