@@ -99,6 +99,13 @@ from tensorgraph.ir.dtypes import (
     uint8,
 )
 from tensorgraph.ir.functions import all, any, argmin, cumprod, cumsum, gather, prod
+from tensorgraph.ir.fused import (
+    group_norm,
+    layer_norm,
+    rms_norm,
+    rope,
+    scaled_dot_product_attention,
+)
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.math_functions import (
     arctan,

@@ -1,11 +1,16 @@
-"""Composite layers written with the builder: each emits primitive ops only.
+"""Composite layers written with the builder, on the fused ops where one exists.
+
+Normalisation is the fused `layer_norm` / `rms_norm`, attention the fused
+`scaled_dot_product_attention` (its scores are the op's declared workspace, planned for
+its step only), rotary embedding the fused `rope` unless the caller hands in explicit
+(cos, sin) tables. `rotary_tables`, `apply_rotary` and `causal_mask` still build those
+tables and masks the way a naive exporter emits them, from arange/cos/sin/comparisons,
+so a decoder that rebuilds them per layer gives CSE real work.
 
 Conventions: activations are row-major with features last; `linear` weights are stored
 (in_features, out_features) so `x @ w` needs no transpose node (a transposed weight is a
 weight-only computation every layer would repeat); attention tensors are
-(batch, heads, seq, head_dim). Rotary tables and causal masks are built the way a naive
-exporter emits them, from arange/cos/sin/comparisons, so a decoder that rebuilds them
-per layer gives CSE real work.
+(batch, heads, seq, head_dim).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import math
 from collections.abc import Mapping
 
 from tensorgraph.ir import builder as tg
+from tensorgraph.ir import fused
 from tensorgraph.ir.dtypes import DType, float32
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.tensor import Tensor
@@ -30,20 +36,21 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
-    """Normalise over the last axis to zero mean and unit variance, then scale and shift."""
-    mean = x.mean(-1, keepdims=True)
-    centred = x - mean
-    var = tg.square(centred).mean(-1, keepdims=True)
-    y = centred * tg.rsqrt(var + eps)
-    if weight is not None:
-        y = y * weight
-    return y + bias if bias is not None else y
+    """Normalise over the last axis to zero mean and unit variance, then scale and shift
+    (the fused `layer_norm` op)."""
+    return fused.layer_norm(x, weight, bias, eps)
 
 
 def rms_norm(x: Tensor, weight: Tensor | None, eps: float = 1e-5) -> Tensor:
-    """`x * rsqrt(mean(x**2, last axis) + eps) * weight` (MLX's `fast.rms_norm`)."""
-    y = x * tg.rsqrt(tg.square(x).mean(-1, keepdims=True) + eps)
-    return y * weight if weight is not None else y
+    """`x * rsqrt(mean(x**2, last axis) + eps) * weight` (the fused `rms_norm` op)."""
+    return fused.rms_norm(x, weight, eps)
+
+
+def rotary(x: Tensor, offset: int = 0, base: float = 10000.0) -> Tensor:
+    """Rotary embedding of x (..., seq, head_dim) at positions offset + i, half-split
+    pairing: the fused `rope` op over the whole head, equal to
+    `apply_rotary(x, *rotary_tables(graph, seq, head_dim, base, offset=offset))`."""
+    return fused.rope(x, x.shape[-1], base=base, offset=offset)
 
 
 def rotary_tables(
@@ -90,12 +97,12 @@ def causal_mask(
     return tg.where(cols <= rows, zero, tg.full(graph, (seq_len, kv_len), MASK_VALUE, dtype))
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
-    """softmax(q k^T / sqrt(d) + mask) v over (batch, heads, seq, head_dim) tensors."""
-    scores = (q @ tg.swapaxes(k, -1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-    if mask is not None:
-        scores = scores + mask
-    return tg.softmax(scores, axis=-1) @ v
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | str | None = None) -> Tensor:
+    """softmax(q k^T / sqrt(d) + mask) v over (batch, heads, seq, head_dim) tensors: the
+    fused op. `mask` is an additive float or bool (True = attend) Tensor, or "causal"."""
+    return fused.scaled_dot_product_attention(
+        q, k, v, scale=1.0 / math.sqrt(q.shape[-1]), mask=mask
+    )
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
@@ -117,15 +124,18 @@ def causal_attention(
     wv: Tensor,
     wo: Tensor,
     n_heads: int,
-    cos: Tensor | None,
-    sin: Tensor | None,
-    mask: Tensor | None,
+    cos: Tensor | None = None,
+    sin: Tensor | None = None,
+    mask: Tensor | str | None = "causal",
 ) -> Tensor:
-    """Multi-head self-attention on x (batch, seq, dim), rotary on q and k when tables
-    are given, then the output projection."""
+    """Multi-head self-attention on x (batch, seq, dim), rotary on q and k (from the
+    tables when both are given, else the fused `rope`), then the output projection.
+    `mask` as `attention` takes it."""
     q, k, v = (split_heads(x @ w, n_heads) for w in (wq, wk, wv))
     if cos is not None and sin is not None:
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    else:
+        q, k = rotary(q), rotary(k)
     return merge_heads(attention(q, k, v, mask)) @ wo
 
 
@@ -138,12 +148,13 @@ def llama_block(
     x: Tensor,
     params: Mapping[str, Tensor],
     n_heads: int,
-    cos: Tensor,
-    sin: Tensor,
-    mask: Tensor,
+    cos: Tensor | None = None,
+    sin: Tensor | None = None,
+    mask: Tensor | str | None = "causal",
     eps: float = 1e-5,
 ) -> Tensor:
-    """Pre-norm decoder block: h = x + attn(rms_norm(x)); h + mlp(rms_norm(h)).
+    """Pre-norm decoder block: h = x + attn(rms_norm(x)); h + mlp(rms_norm(h)). Rotary
+    and mask as `causal_attention` takes them (default: fused rope, causal).
 
     `params` keys: attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down."""
     p = params

@@ -1,4 +1,5 @@
-"""Composite layers against a hand-written NumPy (float64) implementation.
+"""Composite layers against a hand-written NumPy (float64) implementation, built on the
+fused ops (rms/layer norm, rope, attention) or on explicit rotary tables and masks.
 
 Tolerance: the graph computes in float32, the oracle in float64; a Llama block sums over
 at most a few hundred products per output, so float32 rounding stays near 1e-6
@@ -21,10 +22,10 @@ def np_rms_norm(x, w, eps=1e-5):
     return x / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps) * w
 
 
-def np_rotary(seq, head_dim, base=10000.0):
+def np_rotary(seq, head_dim, base=10000.0, offset=0):
     half = head_dim // 2
     inv = base ** (-np.arange(half) * 2.0 / head_dim)
-    angles = np.arange(seq)[:, None] * inv[None, :]
+    angles = np.arange(offset, offset + seq)[:, None] * inv[None, :]
     angles = np.concatenate([angles, angles], -1)
     return np.cos(angles), np.sin(angles)
 
@@ -77,15 +78,22 @@ def block_params(dim, hidden):
     }
 
 
+@pytest.mark.parametrize("tables", [False, True], ids=["fused-rope-causal", "tables-mask"])
 @pytest.mark.parametrize("batch", [1, 2])
-def test_llama_block_matches_numpy(batch) -> None:
+def test_llama_block_matches_numpy(batch, tables) -> None:
     dim, heads, seq, hidden = 64, 4, 16, 128
     values = block_params(dim, hidden)
     g = tg.Graph("block")
     x = g.input("x", (batch, seq, dim))
     params = {k: g.param(k, v.shape) for k, v in values.items()}
-    cos, sin = nn.rotary_tables(g, seq, dim // heads)
-    g.output(nn.llama_block(x, params, heads, cos, sin, nn.causal_mask(g, seq)))
+    if tables:
+        cos, sin = nn.rotary_tables(g, seq, dim // heads)
+        g.output(nn.llama_block(x, params, heads, cos, sin, nn.causal_mask(g, seq)))
+    else:
+        g.output(nn.llama_block(x, params, heads))
+    ops = {n.op for n in g.nodes}
+    assert {"rms_norm", "scaled_dot_product_attention"} <= ops
+    assert ("rope" in ops) != tables, "the fused rope unless tables are given"
     x_value = RNG.standard_normal((batch, seq, dim)).astype(np.float32)
     (got,) = run_reference(g, {"x": x_value}, values)
     want = np_llama_block(
@@ -123,3 +131,38 @@ def test_causal_mask_and_rotary_tables() -> None:
     want_cos, want_sin = np_rotary(6, 8)
     np.testing.assert_allclose(c, want_cos, atol=1e-6)
     np.testing.assert_allclose(s, want_sin, atol=1e-6)
+
+
+def test_norms_and_attention_are_the_fused_ops() -> None:
+    g = tg.Graph()
+    x = g.input("x", (1, 2, 4, 8))
+    w = g.input("w", (8,))
+    built = [
+        nn.layer_norm(x, w, None),
+        nn.rms_norm(x, w),
+        nn.rotary(x),
+        nn.attention(x, x, x, "causal"),
+    ]
+    ops = [t.node.op for t in built]
+    assert ops == ["layer_norm", "rms_norm", "rope", "scaled_dot_product_attention"]
+
+
+@pytest.mark.parametrize("offset", [0, 5])
+def test_rotary_equals_the_tables_it_replaces(offset) -> None:
+    seq, head_dim = 6, 8
+    x = RNG.standard_normal((2, 3, seq, head_dim)).astype(np.float32)
+    g = tg.Graph()
+    xt = g.input("x", x.shape)
+    g.output(nn.rotary(xt, offset=offset))
+    (got,) = run_reference(g, {"x": x})
+    cos, sin = np_rotary(seq, head_dim, offset=offset)
+    np.testing.assert_allclose(got, np_apply_rotary(x.astype(np.float64), cos, sin), atol=1e-5)
+
+
+def test_causal_flag_equals_the_additive_causal_mask() -> None:
+    q, k, v = (RNG.standard_normal((1, 2, 5, 4)).astype(np.float32) for _ in range(3))
+    g = tg.Graph()
+    qt, kt, vt = g.input("q", q.shape), g.input("k", k.shape), g.input("v", v.shape)
+    g.output(nn.attention(qt, kt, vt, "causal"), nn.attention(qt, kt, vt, nn.causal_mask(g, 5)))
+    flagged, masked = run_reference(g, {"q": q, "k": k, "v": v})
+    np.testing.assert_allclose(flagged, masked, rtol=1e-6, atol=1e-7)  # exp(-1e9) is 0

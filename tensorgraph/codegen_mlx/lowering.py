@@ -409,3 +409,4 @@ from tensorgraph.codegen_mlx import math_lowering, pooling  # noqa: E402
 _TABLE.update(math_lowering.TABLE)
 _TABLE.update(pooling.TABLE)
 LOWERINGS: dict[str, Lowering] = {op: _lowered(op, fn) for op, fn in _TABLE.items()}
+from tensorgraph.codegen_mlx import fused  # noqa: E402, F401  (adds the fused ops to LOWERINGS)

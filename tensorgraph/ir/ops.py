@@ -8,18 +8,24 @@ sorted, shapes fully resolved, dtypes by name, so equal computations have equal 
 
 This module is the registry's core (`OpDef`, `register`, `OPS`, attribute checks,
 `view_offset`); the inference rules live in `ir.inference` and the declarations of the
-ops in `ir.op_table`, which this module imports last so that `OPS` is always complete.
+ops in `ir.op_table` (the fused ops and their builders in `ir.fused`), which this module
+imports last so that `OPS` is always complete.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from attrs import field, frozen
 
 from tensorgraph.errors import GraphError
 from tensorgraph.ir.dtypes import DTYPES, DType
 from tensorgraph.ir.shapes import Shape, numel
+
+if TYPE_CHECKING:
+    from tensorgraph.ir.graph import Graph
+    from tensorgraph.ir.node import Node
 
 REQUIRED = object()
 
@@ -45,6 +51,8 @@ class AttrSpec:
 
 
 Infer = Callable[[Sequence[Operand], Mapping[str, object]], tuple[Shape, DType]]
+# (operands, attributes, output shape, output dtype) -> scratch bytes during the op's step
+Workspace = Callable[[Sequence[Operand], Mapping[str, object], Shape, DType], int]
 
 
 @frozen
@@ -55,7 +63,11 @@ class OpDef:
     broadcasting: safe to write in place of a same-sized operand), `commutative` (inputs
     compare as a set), `pure` (no side effects: CSE and DCE may merge or drop it),
     `boundary` (input / param / constant). View-ness depends on attributes, so it is the
-    function `view_offset` below rather than a flag."""
+    function `view_offset` below rather than a flag.
+
+    `workspace` (None: 0 bytes) gives the scratch bytes the op materialises while it runs
+    (what an unfused backend would allocate: attention scores, normalisation
+    statistics); the planner gives them a buffer live only during the op's step."""
 
     name: str
     min_inputs: int
@@ -67,6 +79,7 @@ class OpDef:
     commutative: bool = False
     pure: bool = True
     boundary: bool = False
+    workspace: Workspace | None = None
 
 
 OPS: dict[str, OpDef] = {}
@@ -77,6 +90,17 @@ def register(op: OpDef) -> OpDef:
         raise GraphError(f"op {op.name!r} registered twice")
     OPS[op.name] = op
     return op
+
+
+def workspace_bytes(node: Node, graph: Graph) -> int:
+    """The scratch bytes `node` (a node of `graph`) declares for its step; 0 when its op
+    declares no workspace. Needs the graph because a workspace may depend on operand
+    shapes the output does not show (attention's key length)."""
+    op = get_op(node.op)
+    if op.workspace is None:
+        return 0
+    operands = [Operand(f"%{i}", graph.node(i).shape, graph.node(i).dtype) for i in node.inputs]
+    return int(op.workspace(operands, node.attr_dict, node.shape, node.dtype))
 
 
 def get_op(name: str) -> OpDef:
@@ -139,7 +163,7 @@ def view_offset(
 # The table registers every op through `register` above, so it is imported once the core
 # exists: importing this module alone gives the complete registry. The op families the
 # table declares stay readable from here.
-from tensorgraph.ir import op_table  # noqa: E402
+from tensorgraph.ir import fused, op_table  # noqa: E402, F401
 
 FLOAT_UNARY, NUMERIC_UNARY = op_table.FLOAT_UNARY, op_table.NUMERIC_UNARY
 ARITHMETIC, COMPARISONS = op_table.ARITHMETIC, op_table.COMPARISONS

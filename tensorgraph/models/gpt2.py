@@ -1,6 +1,7 @@
 """GPT-2 style decoder: learned token and position embeddings (both via `take`),
 pre-LayerNorm blocks with biases, GELU (tanh) MLP, causal multi-head attention, an
-untied output head. The causal mask is built once and shared by every layer."""
+untied output head. LayerNorm and attention are the fused ops (`layer_norm`,
+`scaled_dot_product_attention` with the causal flag, so no mask tensor is built)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tensorgraph.models.common import (
     random_inputs,
     require,
 )
-from tensorgraph.nn import attention, causal_mask, layer_norm, linear, merge_heads, split_heads
+from tensorgraph.nn import attention, layer_norm, linear, merge_heads, split_heads
 
 
 @frozen
@@ -66,11 +67,10 @@ def gpt2(config: GPT2Config | None = None, /, **overrides: object) -> Model:
     positions = tg.arange(g, 0, c.seq)
     h = tg.take(w.normal("wte", (c.vocab, c.dim), fan_in=1), tokens, axis=0)
     h = h + tg.take(w.normal("wpe", (c.max_positions, c.dim), fan_in=1), positions, axis=0)
-    mask = causal_mask(g, c.seq, dtype)
     for i in range(c.layers):
         qkv = _linear(w, _layer_norm(w, h, f"h{i}.ln1"), f"h{i}.attn", 3 * c.dim)
         q, k, v = (split_heads(tg.narrow(qkv, -1, j * c.dim, c.dim), c.heads) for j in range(3))
-        h = h + _linear(w, merge_heads(attention(q, k, v, mask)), f"h{i}.proj", c.dim)
+        h = h + _linear(w, merge_heads(attention(q, k, v, "causal")), f"h{i}.proj", c.dim)
         x = tg.gelu(_linear(w, _layer_norm(w, h, f"h{i}.ln2"), f"h{i}.fc", 4 * c.dim), "tanh")
         h = h + _linear(w, x, f"h{i}.out", c.dim)
     h = _layer_norm(w, h, "ln_f")

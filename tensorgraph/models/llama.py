@@ -1,8 +1,10 @@
 """Llama-style decoders: prefill over a sequence, and one decode step with KV caches.
 
-Both build the causal mask (prefill) and the rotary tables inside every layer, as a naive
-exporter emits them; CSE is what merges them into one copy. Weights are named
-`l{layer}.{key}` with the keys `nn.llama_block` takes, plus `embed`, `norm`, `lm_head`.
+Both are written on the fused ops: `rms_norm`, `rope` on q and k (at position `pos` when
+decoding), and `scaled_dot_product_attention` (causal in prefill; a decode step's one
+query reads every cached row up to its own, so it needs no mask). The attention scores
+are that op's workspace, planned for its step only. Weights are named `l{layer}.{key}`
+with the keys `nn.llama_block` takes, plus `embed`, `norm`, `lm_head`.
 """
 
 from __future__ import annotations
@@ -25,13 +27,11 @@ from tensorgraph.models.common import (
     require,
 )
 from tensorgraph.nn import (
-    apply_rotary,
     attention,
-    causal_mask,
     llama_block,
     merge_heads,
     rms_norm,
-    rotary_tables,
+    rotary,
     split_heads,
     swiglu_mlp,
 )
@@ -82,9 +82,8 @@ def llama_block_model(config: BlockConfig | None = None, /, **overrides: object)
     c = make_config(BlockConfig, config, overrides)
     g = tg.Graph("llama_block")
     x = g.input("x", (c.batch, c.seq, c.dim), tg.float32)
-    cos, sin = rotary_tables(g, c.seq, c.dim // c.heads)
     params = layer_weights(Weights(g, c.seed), "", c.dim, c.hidden)
-    g.output(llama_block(x, params, c.heads, cos, sin, causal_mask(g, c.seq)))
+    g.output(llama_block(x, params, c.heads))
     return Model(g, lambda seed: random_inputs(g, seed))
 
 
@@ -116,11 +115,7 @@ def llama(config: LlamaConfig | None = None, /, **overrides: object) -> Model:
     tokens = g.input("tokens", (c.batch, c.seq), tg.int32)
     h = tg.take(w.normal("embed", (c.vocab, c.dim), fan_in=1), tokens, axis=0)
     for i in range(c.layers):
-        cos, sin = rotary_tables(g, c.seq, c.dim // c.heads, dtype=dtype)
-        mask = causal_mask(g, c.seq, dtype)
-        h = llama_block(
-            h, layer_weights(w, f"l{i}.", c.dim, c.hidden), c.heads, cos, sin, mask, c.eps
-        )
+        h = llama_block(h, layer_weights(w, f"l{i}.", c.dim, c.hidden), c.heads, eps=c.eps)
     h = rms_norm(h, w.constant("norm", (c.dim,), 1.0), c.eps)
     g.output(h @ w.normal("lm_head", (c.dim, c.vocab)))
     return Model(g, lambda seed: random_inputs(g, seed, c.vocab))
@@ -164,10 +159,9 @@ def llama_decode(config: LlamaDecodeConfig | None = None, /, **overrides: object
     caches = []
     for i in range(c.layers):
         p = layer_weights(w, f"l{i}.", c.dim, c.hidden)
-        cos, sin = rotary_tables(g, 1, head_dim, dtype=dtype, offset=c.pos)
         x = rms_norm(h, p["attn_norm"], c.eps)
         q, k, v = (split_heads(x @ p[name], c.heads) for name in ("wq", "wk", "wv"))
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k = rotary(q, offset=c.pos), rotary(k, offset=c.pos)
         shape = (c.batch, c.heads, c.max_seq, head_dim)
         k_cache = tg.slice_update(g.input(f"k_cache{i}", shape, dtype), k, 2, c.pos)
         v_cache = tg.slice_update(g.input(f"v_cache{i}", shape, dtype), v, 2, c.pos)

@@ -18,7 +18,11 @@ end)` with a half-open lifetime:
   `last_read = len(steps)`, `end = len(steps)`;
 - params and constants planned in the arena live for the whole run (loaded once, kept
   across runs); otherwise they sit in the constant segment and get no buffer;
-- `tail_guard` extra bytes on the buffers of inputs and of roots holding an output.
+- `tail_guard` extra bytes on the buffers of inputs and of roots holding an output;
+- a node whose op declares a workspace (`ops.workspace_bytes` > 0) gets one more
+  buffer of that many bytes, id `WorkspaceId(node)`, live exactly during its step
+  `[s, s + 1)`: it conflicts with everything live there, the node's operands and
+  result included, and with nothing else.
 
 Invariants of the result: every node has a `Storage` whose bytes
 `[offset, offset + nbytes)` lie inside its root's; views and in-place nodes own no
@@ -32,12 +36,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from attrs import frozen
+from attrs import field, frozen
 
 from tensorgraph.errors import GraphError, PlanError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
-from tensorgraph.ir.ops import OPS
+from tensorgraph.ir.ops import OPS, workspace_bytes
 from tensorgraph.planner.aliasing import Alias, Aliasing, view_of
 from tensorgraph.planner.buffers import Buffer, align_up
 
@@ -53,6 +57,36 @@ class Storage:
     offset: int
 
 
+class WorkspaceId(int):
+    """The buffer id of node `n`'s workspace: the int `-(n + 1)`, shown `workspace(%n)`.
+
+    An int so that buffer ids stay ints everywhere they are sorted, saved as JSON or read
+    back (`int(id)` gives an equal, equally hashed key); negative so that it never equals
+    the id of a node built by a graph (ids count up from 0; `analyze` refuses a graph
+    whose hand-made negative ids would collide)."""
+
+    __slots__ = ()
+
+    def __new__(cls, node_id: int) -> WorkspaceId:
+        return super().__new__(cls, -(node_id + 1))
+
+    @property
+    def node(self) -> int:
+        """The id of the node whose step uses this workspace."""
+        return -int(self) - 1
+
+    def __repr__(self) -> str:
+        return f"workspace(%{self.node})"
+
+    __str__ = __repr__
+
+
+def owner(buffer_id: int) -> int:
+    """The node a buffer belongs to: the root node of a value buffer, the node using a
+    workspace buffer."""
+    return buffer_id.node if isinstance(buffer_id, WorkspaceId) else buffer_id
+
+
 @frozen
 class Liveness:
     """The result of `analyze` (see the module docstring for the lifetime rules).
@@ -62,7 +96,8 @@ class Liveness:
     `constants`: roots in the constant segment; `last_read`: root id -> last step reading
     it through any alias (`len(steps)` for a root holding an output); `last_use`: node id
     -> last step reading that node directly (-1 if never read, `len(steps)` if an
-    output)."""
+    output); `workspace`: node id -> its workspace buffer (also in `buffers`), for the
+    nodes that declare one."""
 
     steps: tuple[int, ...]
     step_of: Mapping[int, int]
@@ -71,10 +106,19 @@ class Liveness:
     constants: tuple[int, ...]
     last_read: Mapping[int, int]
     last_use: Mapping[int, int]
+    workspace: Mapping[int, Buffer] = field(factory=dict)
 
     def live_at(self, step: int) -> list[Buffer]:
-        """The arena buffers whose lifetime `[start, end)` contains `step`."""
-        return [b for b in self.buffers if b.start <= step < b.end]
+        """The value buffers (id: a root node) whose lifetime `[start, end)` contains
+        `step`: what a schedule or a graph change can shrink. A workspace live there is
+        fixed by its node's step; `workspace_at` lists it."""
+        return [
+            b for b in self.buffers if b.start <= step < b.end and not isinstance(b.id, WorkspaceId)
+        ]
+
+    def workspace_at(self, step: int) -> list[Buffer]:
+        """The workspace buffers live at `step` (at most one: its node runs there)."""
+        return [b for b in self.workspace.values() if b.start <= step < b.end]
 
     def live_bytes(self, alignment: int = 1) -> list[int]:
         """Summed sizes, each rounded up to `alignment`, of the buffers live at every
@@ -194,12 +238,34 @@ def analyze(
         dies = end if node.op in LOADED_ONCE else min(last_read[node_id] + 1, end)
         guard = tail_guard if node.op == "input" or node_id in holds_output else 0
         buffers.append(Buffer(node_id, node.nbytes + guard, born, max(dies, born + 1)))
+    workspace = _workspace_buffers(graph, steps)
     return Liveness(
         steps=steps,
         step_of=step_of,
         storage=storage,
-        buffers=tuple(buffers),
+        buffers=tuple(buffers) + tuple(workspace.values()),
         constants=tuple(constants),
         last_read=last_read,
         last_use=last_use,
+        workspace=workspace,
     )
+
+
+def _workspace_buffers(graph: Graph, steps: Sequence[int]) -> dict[int, Buffer]:
+    """node id -> `Buffer(WorkspaceId(node), workspace bytes, s, s + 1)` for each node at
+    step `s` declaring a workspace, in step order. PlanError when a workspace id would
+    equal a node id (only a graph with negative node ids can make one)."""
+    result = {}
+    for step, node_id in enumerate(steps):
+        node = graph.node(node_id)
+        size = workspace_bytes(node, graph)
+        if size <= 0:
+            continue
+        buffer_id = WorkspaceId(node_id)
+        if buffer_id in graph:
+            raise PlanError(
+                f"{describe(node)}: its workspace buffer id {int(buffer_id)} is also a node id; "
+                "give the graph non-negative node ids"
+            )
+        result[node_id] = Buffer(buffer_id, size, step, step + 1)
+    return result

@@ -4,8 +4,10 @@ Read top to bottom: the pass table (what each pass removed, merged, aliased or
 reinplaced, and the lower bound after it), the schedule, the plan summary (arena vs
 lower bound vs no reuse), the largest buffers by offset, then the buffers live at the
 peak step with the ops that make them and the ops that last read them: that list is
-what a user must change to shrink the arena. Every line fits in `WIDTH` characters;
-long tables show the `top` largest rows and say how many more there are.
+what a user must change to shrink the arena. Workspace buffers (scratch a fused op
+declares for its step) appear as `ws %n` with their op, and the summary totals them.
+Every line fits in `WIDTH` characters; long tables show the `top` largest rows and say
+how many more there are.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
+from tensorgraph.planner.buffers import Buffer
+from tensorgraph.planner.liveness import WorkspaceId
 
 if TYPE_CHECKING:
     from tensorgraph.compiler import Program
@@ -55,6 +59,14 @@ def _shape(node: Node) -> str:
 # ---------------------------------------------------------------- the plan
 
 
+def _describe_buffer(graph: Graph, b: Buffer) -> tuple[str, Node, str, str]:
+    """(buffer label, the node it belongs to, shape text, dtype text) for a table row."""
+    if isinstance(b.id, WorkspaceId):
+        return f"ws %{b.id.node}", graph.node(b.id.node), "scratch", "-"
+    node = graph.node(b.id)
+    return _name(node), node, _shape(node), str(node.dtype)
+
+
 def _holders_at(plan: MemoryPlan, graph: Graph, step: int) -> dict[int, Node]:
     """Root id -> the last node written in place into its bytes at or before `step`."""
     live = plan.liveness
@@ -86,11 +98,11 @@ def _buffer_table(plan: MemoryPlan, graph: Graph, top: int) -> list[str]:
     )
     lines = [title, header]
     for b in sorted(shown, key=lambda b: (plan.buffer_offsets[b.id], b.id)):
-        node = graph.node(b.id)
+        label, node, shape, dtype = _describe_buffer(graph, b)
         lines.append(
             f"  {plan.buffer_offsets[b.id]:>11,} {b.size:>11,}  "
-            f"{_fit(f'[{b.start}, {b.end})', 11):<11} {_fit(_name(node), 12):<12} "
-            f"{_fit(node.op, 12):<12} {_fit(_shape(node), 18):<18} {node.dtype}"
+            f"{_fit(f'[{b.start}, {b.end})', 11):<11} {_fit(label, 12):<12} "
+            f"{_fit(node.op, 12):<12} {_fit(shape, 18):<18} {dtype}"
         )
     if hidden:
         rest = sum(b.size for b in plan.buffers) - sum(b.size for b in shown)
@@ -100,9 +112,12 @@ def _buffer_table(plan: MemoryPlan, graph: Graph, top: int) -> list[str]:
 
 def _peak_list(plan: MemoryPlan, graph: Graph, top: int) -> list[str]:
     """Buffers live at the peak: producing op, the in-place op whose value the bytes
-    hold at the peak (if any), and the op whose read keeps them alive."""
-    peak = plan.live_at_peak()
+    hold at the peak (if any), and the op whose read keeps them alive; a workspace live
+    there is listed with its op (it lives only at that op's step)."""
     step = plan.peak_step
+    peak = sorted(
+        plan.live_at_peak() + plan.liveness.workspace_at(step), key=lambda b: (-b.size, b.id)
+    )
     total = sum(b.size for b in peak)
     holders = _holders_at(plan, graph, step)
     lines = [
@@ -112,15 +127,16 @@ def _peak_list(plan: MemoryPlan, graph: Graph, top: int) -> list[str]:
         f"{'lifetime':<11} {'holds now':<13} last read by",
     ]
     for b in peak[:top]:
-        node = graph.node(b.id)
+        label, node, shape, _ = _describe_buffer(graph, b)
         holder = holders.get(b.id)
         now = f"%{holder.id} {holder.op}" if holder is not None else "-"
         share = 100 * b.size / total if total else 0.0
+        reader = "its op" if isinstance(b.id, WorkspaceId) else _last_reader(plan, graph, b.id)
         lines.append(
-            f"  {human(b.size):>10} {share:>4.0f}%  {_fit(_name(node), 8):<8} "
-            f"{_fit(node.op, 10):<10} {_fit(_shape(node), 15):<15} "
+            f"  {human(b.size):>10} {share:>4.0f}%  {_fit(label, 8):<8} "
+            f"{_fit(node.op, 10):<10} {_fit(shape, 15):<15} "
             f"{_fit(f'[{b.start}, {b.end})', 11):<11} {_fit(now, 13):<13} "
-            f"{_fit(_last_reader(plan, graph, b.id), 18)}"
+            f"{_fit(reader, 18)}"
         )
     if len(peak) > top:
         rest = total - sum(b.size for b in peak[:top])
@@ -141,6 +157,14 @@ def format_plan(plan: MemoryPlan, graph: Graph, top: int = 20) -> str:
         f"({saved:.1f}%) | constant segment {human(plan.constant_size)} "
         f"({len(plan.liveness.constants)} params/constants)",
     ]
+    workspace = plan.liveness.workspace.values()
+    if workspace:
+        largest = max(workspace, key=lambda b: (b.size, -b.start))
+        lines.append(
+            f"  workspace {human(sum(b.size for b in workspace))} in {len(workspace)} buffers "
+            f"| largest {human(largest.size)}: %{largest.id.node} "
+            f"{graph.node(largest.id.node).op}"
+        )
     lines += _buffer_table(plan, graph, top)
     lines += _peak_list(plan, graph, top)
     return "\n".join(_fit(line, WIDTH) for line in lines)

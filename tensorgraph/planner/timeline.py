@@ -18,6 +18,7 @@ from pathlib import Path
 from tensorgraph.errors import TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.ops import OPS
+from tensorgraph.planner.liveness import owner
 from tensorgraph.planner.plan import MemoryPlan
 from tensorgraph.planner.report import UNITS, human
 
@@ -72,7 +73,7 @@ def byte_label(nbytes: float) -> str:
 
 
 def _kind(graph: Graph, node_id: int) -> str:
-    return OPS[graph.node(node_id).op].category
+    return OPS[graph.node(owner(node_id)).op].category
 
 
 def timeline_figure(
@@ -194,7 +195,7 @@ def _label_largest(axes: object, plan: MemoryPlan, graph: Graph, count: int, dpi
         if placed >= count:
             break
         offset = plan.buffer_offsets[b.id]
-        text = f"%{b.id} {graph.node(b.id).op}"
+        text = f"%{owner(b.id)} {graph.node(owner(b.id)).op}"
         (left, bottom), (right, upper) = to_pixels([(b.start, offset), (b.end, offset + b.size)])
         width, height = right - left, upper - bottom
         needed, line = len(text) * char_pixels, 2 * LABEL_FONT_SIZE * dpi / 72

@@ -12,6 +12,12 @@ buffers whose lifetime ended there are poisoned (`POISON`: NaN for floats, an un
 pattern for integers), so a plan that lets a value be read after its bytes were
 released gives wrong numbers too. Outputs are copied out only after the last step.
 
+A node that declares a workspace has its workspace bytes (its own buffer, live only at
+its step) overwritten with the float poison just before it reads its operands, as an
+unfused kernel would scribble its scratch there: a plan that let the workspace share
+bytes with an operand, the result or any other value live at that step gives NaN or
+wrong numbers, so the oracle proves the bytes were reserved.
+
 The kernels return fresh arrays, so an in-place op computes before it overwrites. That
 equals a kernel writing element by element only when every operand sharing the written
 bytes is read with the same element mapping; any other overlap between a node's
@@ -36,6 +42,7 @@ from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import OPS
 from tensorgraph.planner.aliasing import Aliasing, same_mapping
+from tensorgraph.planner.liveness import WorkspaceId
 from tensorgraph.runtime.feeds import bind_feeds
 from tensorgraph.runtime.kernels import constant_value, evaluate
 
@@ -110,11 +117,20 @@ def _check_overlaps(graph: Graph, plan: MemoryPlan, node: Node) -> None:
 
 
 def _poison(graph: Graph, plan: MemoryPlan, memory: _Memory, buffer_id: int) -> None:
-    """Overwrite a released buffer with the poison of its root's dtype."""
-    root = graph.node(buffer_id)
+    """Overwrite a released buffer with the poison of its root's dtype (a workspace, raw
+    scratch, with the float poison)."""
     low = plan.buffer_offsets[buffer_id]
-    byte = POISON_FLOAT if root.dtype.is_float else POISON_INT
-    memory.arena[low : low + root.nbytes] = byte
+    if isinstance(buffer_id, WorkspaceId):
+        size, byte = plan.liveness.workspace[buffer_id.node].size, POISON_FLOAT
+    else:
+        root = graph.node(buffer_id)
+        size, byte = root.nbytes, POISON_FLOAT if root.dtype.is_float else POISON_INT
+    if low < 0 or low + size > memory.arena.size:
+        raise PlanError(
+            f"buffer {buffer_id!r}: bytes [{low}, {low + size}) fall outside the arena of "
+            f"{memory.arena.size} bytes"
+        )
+    memory.arena[low : low + size] = byte
 
 
 def run_arena(
@@ -156,6 +172,8 @@ def run_arena(
         if not OPS[node.op].boundary and (alias is None or alias.kind != "view"):
             memory.at(node)  # bounds first: the clearer message for a misplaced value
             _check_overlaps(graph, plan, node)
+            if node_id in plan.liveness.workspace:
+                _poison(graph, plan, memory, WorkspaceId(node_id))
             args = [memory.at(graph.node(i)) for i in node.inputs]
             memory.write(node, evaluate(node, args))
         for buffer_id in released.get(step, ()):

@@ -12,6 +12,7 @@ import tensorgraph as tg
 from tensorgraph.ir.ops import OPS
 from tensorgraph.runtime.kernels import KERNELS
 from tests.ir import (
+    test_fused,
     test_ops_conv_pool,
     test_ops_elementwise,
     test_ops_generators,
@@ -42,6 +43,7 @@ TABLES = (
     test_ops_math,
     test_ops_scans,
     test_ops_windows,
+    test_fused,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand
