@@ -181,16 +181,6 @@ def _permute(ctx: Context, x: Tensor, dims: Sequence[int]) -> Tensor:
     return tg.transpose(x, dims)
 
 
-@handles("transpose", "transpose_copy", "swapaxes")
-def _transpose(ctx: Context, x: Tensor, a: int, b: int) -> Tensor:
-    return tg.swapaxes(x, a, b) if x.ndim > 1 else x
-
-
-@handles("t", "t_copy")
-def _t(ctx: Context, x: Tensor) -> Tensor:
-    return tg.transpose(x) if x.ndim == 2 else x
-
-
 @handles("clone", "alias", "lift_fresh_copy")
 def _identity(ctx: Context, x: Tensor, memory_format: object = None) -> Tensor:
     return x

@@ -92,6 +92,11 @@ def _clamp(ctx: Context, x: Tensor, low: object = None, high: object = None) -> 
     return tg.clip(cast(x, ctx.out_dtype), low, high)
 
 
+@handles("leaky_relu")
+def _leaky_relu(ctx: Context, x: Tensor, slope: float = 0.01) -> Tensor:
+    return tg.where(x > 0, x, x * slope)
+
+
 @handles("elu")
 def _elu(
     ctx: Context, x: Tensor, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0

@@ -295,6 +295,22 @@ def _cases() -> list[Case]:
             (img, f(4), pos(4), f(4), f(4)),
         ),
         Case("layer_norm", lambda p, w, c: F.layer_norm(p, (4,), w, c), (f(2, 3, 4), f(4), f(4))),
+        Case("rms_norm", lambda p, w: F.rms_norm(p, (4,), w, 1e-6), (f(2, 3, 4), f(4))),
+        Case(
+            "sdpa_causal",
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            (f(1, 2, 5, 8), f(1, 2, 5, 8), f(1, 2, 5, 8)),
+        ),
+        Case(
+            "sdpa_bool_mask",
+            lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+            (
+                f(1, 2, 3, 8),
+                f(1, 2, 5, 8),
+                f(1, 2, 5, 8),
+                b(3, 5) | torch.eye(3, 5, dtype=torch.bool),
+            ),
+        ),
         Case("group_norm", lambda p, w, c: F.group_norm(p, 2, w, c), (img, f(4), f(4))),
         Case("max_pool2d", lambda p: F.max_pool2d(p, 3, 2, 1), (img,)),
         Case("max_pool2d_ceil", lambda p: F.max_pool2d(p, 3, 2, ceil_mode=True), (f(1, 2, 8, 8),)),

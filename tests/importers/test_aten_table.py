@@ -86,6 +86,12 @@ def test_handler_matches_torch(case: Case) -> None:
 def test_the_cases_reach_every_handler() -> None:
     if not HIT:
         pytest.fail("run with the handler cases: the coverage is collected by them")
+    # The fused composites' handlers (importers/aten_fused.py) have their own tests; the
+    # cases below reach the ones a decomposed export keeps (attention, rms_norm, ...).
     reached = {id(ATEN[name]) for name in HIT if name in ATEN}
-    missed = sorted(name for name, fn in ATEN.items() if id(fn) not in reached)
+    missed = sorted(
+        name
+        for name, fn in ATEN.items()
+        if id(fn) not in reached and not fn.__module__.endswith("aten_fused")
+    )
     assert not missed, f"handlers no case reaches: {missed}"
