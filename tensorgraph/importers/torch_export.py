@@ -74,6 +74,8 @@ __all__ = [
 # Composite ops kept whole when tensorgraph has a handler for them (a fused IR op).
 FUSED_COMPOSITES = (
     "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
     "layer_norm",
     "native_layer_norm",
     "rms_norm",
