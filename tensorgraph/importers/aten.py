@@ -75,12 +75,6 @@ class Context:
     def op(self) -> str:
         return op_name(self.node.target)
 
-    def arg_dtype(self, position: int) -> tg.DType | None:
-        """torch's dtype of the node's positional argument `position` (None: not a tensor)."""
-        arg = self.node.args[position] if position < len(self.node.args) else None
-        meta = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
-        return to_dtype(meta.dtype) if isinstance(meta, torch.Tensor) else None
-
     def promoted(self, *positions: int) -> tg.DType:
         """torch's result type of the node's arguments at `positions` (tensors, scalars)."""
         values = []
@@ -194,3 +188,10 @@ def _to(ctx: Context, x: Tensor, *args: object, **kwargs: object) -> Tensor:
     unknown = sorted(set(kwargs) - allowed)
     require(not unknown, f"{ctx.op} argument(s) {unknown}")
     return cast(x, ctx.out_dtype)
+
+
+@handles("copy")
+def _copy(ctx: Context, x: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
+    # Functional copy_: src in x's dtype, broadcast to x's shape (x's values are unused).
+    src = cast(src, x.dtype)
+    return src if src.shape == x.shape else tg.broadcast_to(src, x.shape)

@@ -150,12 +150,7 @@ def _index(ctx: Context, x: Tensor, indices: Sequence[Tensor | None]) -> Tensor:
 
 @handles("constant_pad_nd")
 def _constant_pad_nd(ctx: Context, x: Tensor, pad: Sequence[int], value: float = 0) -> Tensor:
-    # torch's flat list pairs dims from the last one backwards; tg.pad takes one (before,
-    # after) pair per axis from the first (negative amounts crop in both).
-    pairs = [(0, 0)] * x.ndim
-    for k in range(len(pad) // 2):
-        pairs[x.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
-    return tg.pad(x, pairs, _fill(value, x.dtype))
+    return tg.pad(x, _pairs(x, pad), _fill(value, x.dtype))  # negative amounts crop
 
 
 # ---------------------------------------------------------------- generators
@@ -192,3 +187,45 @@ def _scalar_tensor(ctx: Context, value: object, dtype: object = None) -> Tensor:
 def _arange(ctx: Context, *numbers: float, dtype: object = None) -> Tensor:
     start, end, step = (0, numbers[0], 1) if len(numbers) == 1 else (*numbers, 1)[:3]
     return tg.arange(ctx.graph, start, end, step, dtype=to_dtype(dtype, ctx.out_dtype))
+
+
+def _pairs(x: Tensor, pad: Sequence[int]) -> list[tuple[int, int]]:
+    """torch's flat pad list (pairs from the last dim backwards) as one (before, after)
+    pair per axis from the first, tg.pad's order."""
+    pairs = [(0, 0)] * x.ndim
+    for k in range(len(pad) // 2):
+        pairs[x.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+    return pairs
+
+
+@handles("reflection_pad1d", "reflection_pad2d", "reflection_pad3d")
+@handles("replication_pad1d", "replication_pad2d", "replication_pad3d")
+def _mode_pad(ctx: Context, x: Tensor, pad: Sequence[int]) -> Tensor:
+    mode = "reflect" if ctx.op.startswith("reflection") else "replicate"
+    return tg.pad(x, _pairs(x, pad), mode=mode)
+
+
+# ---------------------------------------------------------------- functional updates
+
+
+@handles("slice_scatter")
+def _slice_scatter(
+    ctx: Context,
+    x: Tensor,
+    src: Tensor,
+    dim: int = 0,
+    start: int | None = None,
+    end: int | None = None,
+    step: int = 1,
+) -> Tensor:
+    require(step == 1, f"slice_scatter with step {step}")
+    dim %= x.ndim
+    first = range(x.shape[dim])[slice(start, end)].start if x.shape[dim] else 0
+    return tg.slice_update(x, cast(src, x.dtype), dim, first)
+
+
+@handles("select_scatter")
+def _select_scatter(ctx: Context, x: Tensor, src: Tensor, dim: int, index: int) -> Tensor:
+    dim %= x.ndim
+    index %= x.shape[dim]
+    return tg.slice_update(x, tg.expand_dims(cast(src, x.dtype), dim), dim, index)

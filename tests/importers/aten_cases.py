@@ -48,6 +48,14 @@ def special(*shape: int) -> torch.Tensor:
     return x
 
 
+def _kv_write(cache: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """A KV-cache update as decoders write it: in place on a clone (export makes it a
+    functional slice_scatter/copy)."""
+    cache = cache.clone()
+    cache[:, :, 3:4] = new
+    return cache
+
+
 @frozen
 class Case:
     id: str
@@ -248,6 +256,12 @@ def _cases() -> list[Case]:
         ),
         Case("pad", lambda p: F.pad(p, (1, 2, 0, 3), value=0.5), (x,)),
         Case("pad_crop", lambda p: F.pad(p, (-1, 2)), (x,)),
+        Case("pad_reflect", lambda p: F.pad(p, (2, 1, 1, 0), mode="reflect"), (img,)),
+        Case("pad_replicate", lambda p: F.pad(p, (0, 3), mode="replicate"), (f(2, 3, 5),)),
+        Case("slice_scatter", lambda p, q: p.slice_scatter(q, 1, 1, 3), (x, f(3, 2))),
+        Case("slice_scatter_neg", lambda p, q: p.slice_scatter(q, -1, -2), (x, f(3, 2))),
+        Case("select_scatter", lambda p, q: p.select_scatter(q, 0, -1), (x, f(4))),
+        Case("kv_cache_write", _kv_write, (f(1, 2, 6, 4), f(1, 2, 1, 4))),
         # ---------------- generators (shapes and dtypes from the call)
         Case("full", lambda p: p + torch.full((3, 4), 2.5), (x,)),
         Case("full_int", lambda p: p + torch.full((4,), 3, dtype=torch.int32), (i(3, 4),)),
