@@ -1,4 +1,5 @@
-"""ATen handlers for slicing, gathers, joins and splits, padding, and generators.
+"""ATen handlers for slicing, gathers, joins and splits, padding, generators, and the
+functional updates that in-place writes become (slice_scatter, copy: KV-cache writes).
 
 Advanced indexing (`aten.index.Tensor`) follows NumPy/torch: the index tensors broadcast
 together; when they index adjacent dims the result keeps those dims' place, otherwise
@@ -148,6 +149,15 @@ def _index(ctx: Context, x: Tensor, indices: Sequence[Tensor | None]) -> Tensor:
 # ---------------------------------------------------------------- padding
 
 
+def _pairs(x: Tensor, pad: Sequence[int]) -> list[tuple[int, int]]:
+    """torch's flat pad list (pairs from the last dim backwards) as one (before, after)
+    pair per axis from the first, tg.pad's order."""
+    pairs = [(0, 0)] * x.ndim
+    for k in range(len(pad) // 2):
+        pairs[x.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+    return pairs
+
+
 @handles("constant_pad_nd")
 def _constant_pad_nd(ctx: Context, x: Tensor, pad: Sequence[int], value: float = 0) -> Tensor:
     return tg.pad(x, _pairs(x, pad), _fill(value, x.dtype))  # negative amounts crop
@@ -189,22 +199,6 @@ def _arange(ctx: Context, *numbers: float, dtype: object = None) -> Tensor:
     return tg.arange(ctx.graph, start, end, step, dtype=to_dtype(dtype, ctx.out_dtype))
 
 
-def _pairs(x: Tensor, pad: Sequence[int]) -> list[tuple[int, int]]:
-    """torch's flat pad list (pairs from the last dim backwards) as one (before, after)
-    pair per axis from the first, tg.pad's order."""
-    pairs = [(0, 0)] * x.ndim
-    for k in range(len(pad) // 2):
-        pairs[x.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
-    return pairs
-
-
-@handles("reflection_pad1d", "reflection_pad2d", "reflection_pad3d")
-@handles("replication_pad1d", "replication_pad2d", "replication_pad3d")
-def _mode_pad(ctx: Context, x: Tensor, pad: Sequence[int]) -> Tensor:
-    mode = "reflect" if ctx.op.startswith("reflection") else "replicate"
-    return tg.pad(x, _pairs(x, pad), mode=mode)
-
-
 # ---------------------------------------------------------------- functional updates
 
 
@@ -222,10 +216,3 @@ def _slice_scatter(
     dim %= x.ndim
     first = range(x.shape[dim])[slice(start, end)].start if x.shape[dim] else 0
     return tg.slice_update(x, cast(src, x.dtype), dim, first)
-
-
-@handles("select_scatter")
-def _select_scatter(ctx: Context, x: Tensor, src: Tensor, dim: int, index: int) -> Tensor:
-    dim %= x.ndim
-    index %= x.shape[dim]
-    return tg.slice_update(x, tg.expand_dims(cast(src, x.dtype), dim), dim, index)
