@@ -85,7 +85,14 @@ from tensorgraph.ir.builder import (
     where,
     zeros,
 )
-from tensorgraph.ir.conv import adaptive_avg_pool2d, adaptive_max_pool2d, conv1d, pad
+from tensorgraph.ir.conv import (
+    adaptive_avg_pool2d,
+    adaptive_max_pool2d,
+    conv1d,
+    pad,
+    upsample_bilinear2d,
+    upsample_nearest2d,
+)
 from tensorgraph.ir.dtypes import (
     DType,
     bfloat16,

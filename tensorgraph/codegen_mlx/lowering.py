@@ -15,9 +15,13 @@ Where MLX itself misbehaves the lowering does not call it:
 - Integer matmul and conv2d, which MLX does not implement, are exact broadcast products.
 - `full` converts its value with NumPy's cast (2.7 -> int32 2, 300 -> int8 44), as the
   oracle does, instead of mx.full (which keeps a float value float).
-- `take` never hands MLX an index outside the axis (its gather does no bounds check and
-  crashes the process); `slice_update` refuses an update of another rank (MLX's
-  segfaults). Reporting out-of-range indices as RunError is guards.py's job.
+- `take`/`gather` never hand MLX an index outside the axis (its gather does no bounds
+  check and crashes the process); `slice_update` refuses an update of another rank
+  (MLX's segfaults). Reporting out-of-range indices as RunError is guards.py's job.
+
+Families live in their own modules and join the table at the end of this one:
+gathers.py (take, gather, slice_update), math_lowering.py (rounding, float math,
+integer division, bitwise ops) and pooling.py (pools, adaptive pools, pad, resizes).
 """
 
 from __future__ import annotations
@@ -29,8 +33,7 @@ import mlx.core as mx
 import numpy as np
 
 from tensorgraph.codegen_mlx.arrays import MX_DTYPES, to_mx
-from tensorgraph.errors import RunError
-from tensorgraph.ir.node import Node, describe
+from tensorgraph.ir.node import Node
 
 Lowering = Callable[[Node, Sequence[mx.array]], mx.array]
 
@@ -222,7 +225,7 @@ def _conv2d(node: Node, args: Sequence[mx.array]) -> mx.array:
     return mx.transpose(out, (0, 3, 1, 2))
 
 
-# ---------------------------------------------------------------- layout, gathers, generators
+# ---------------------------------------------------------------- layout and generators
 
 
 def _narrow(node: Node, args: Sequence[mx.array]) -> mx.array:
@@ -230,68 +233,6 @@ def _narrow(node: Node, args: Sequence[mx.array]) -> mx.array:
     index = [slice(None)] * args[0].ndim
     index[axis] = slice(start, start + length)
     return args[0][tuple(index)]
-
-
-def _slice_update(node: Node, args: Sequence[mx.array]) -> mx.array:
-    # Functional: a new array. (`target[...] = update` would rebind the caller's object,
-    # which other readers of the same value may still hold.) MLX donates the target's
-    # buffer to the result when the executor has dropped every other reference.
-    target, update = args
-    axis, start = node.attr("axis"), node.attr("start")
-    if update.ndim != target.ndim or target.shape != node.shape:
-        # mx.slice_update segfaults on an update of another rank: refuse it here, whatever
-        # produced it (a 0-d `take` index once did), rather than crash the process.
-        raise RunError(
-            f"{describe(node)}: update {tuple(update.shape)} cannot be written into target "
-            f"{tuple(target.shape)} (the node expects {node.shape})"
-        )
-    if update.size == 0:
-        return target
-    start_indices = mx.array([start], dtype=mx.int32)
-    return mx.slice_update(target, update, start_indices=start_indices, axes=(axis,))
-
-
-# The values each integer index dtype can hold: an index array of a dtype inside
-# [-size, size) needs no range handling.
-_INDEX_RANGES = {
-    MX_DTYPES[name]: (int(np.iinfo(name).min), int(np.iinfo(name).max))
-    for name in ("uint8", "int8", "int16", "int32", "int64")
-}
-
-
-def _take(node: Node, args: Sequence[mx.array]) -> mx.array:
-    """NumPy's gather. Indices outside [-size, size) are replaced by 0 before MLX sees
-    them (MLX's gather reads out of bounds); guards.py reports them as RunError. The
-    replacement is one elementwise pass over the indices, skipped when their dtype
-    cannot hold an out-of-range value."""
-    x, indices = args
-    axis = node.attr("axis")
-    size = x.shape[axis]
-    if size == 0:  # every index is out of range: the guard raises; nothing to gather
-        return _filled(node, 0)
-    low, high = _INDEX_RANGES[indices.dtype]
-    if low < -size or high >= size:
-        wide = indices.astype(mx.int64)
-        bad = mx.logical_or(wide < -size, wide >= size)
-        indices = mx.where(bad, mx.zeros_like(indices), indices)
-    return mx.take(x, indices, axis=axis)
-
-
-def _gather(node: Node, args: Sequence[mx.array]) -> mx.array:
-    """torch.gather: x cut to the indices' extents off the axis, then take_along_axis.
-    Indices outside [0, size) become 0 before MLX sees them (its gather does no bounds
-    check); guards.py reports them as RunError."""
-    x, indices = args
-    axis = node.attr("axis")
-    size = x.shape[axis]
-    if size == 0:  # every index is out of range: the guard raises; nothing to gather
-        return _filled(node, 0)
-    low, high = _INDEX_RANGES[indices.dtype]
-    if low < 0 or high >= size:
-        wide = indices.astype(mx.int64)
-        indices = mx.where(mx.logical_or(wide < 0, wide >= size), mx.zeros_like(wide), wide)
-    cut = tuple(slice(None) if k == axis else slice(0, n) for k, n in enumerate(indices.shape))
-    return mx.take_along_axis(x[cut], indices, axis=axis)
 
 
 def _arange(node: Node, args: Sequence[mx.array]) -> mx.array:
@@ -376,9 +317,6 @@ _TABLE: dict[str, Lowering] = {
     "narrow": _narrow,
     "broadcast_to": lambda node, args: mx.broadcast_to(args[0], node.shape),
     "concat": lambda node, args: mx.concatenate(list(args), axis=node.attr("axis")),
-    "take": _take,
-    "gather": _gather,
-    "slice_update": _slice_update,
     "arange": _arange,
     "full": _full,
     "conv2d": _conv2d,
@@ -404,8 +342,9 @@ def _lowered(op: str, lower: Lowering) -> Lowering:
 
 # Op families kept in their own modules join the table here, once the helpers above
 # exist (they import them from this module).
-from tensorgraph.codegen_mlx import math_lowering, pooling  # noqa: E402
+from tensorgraph.codegen_mlx import gathers, math_lowering, pooling  # noqa: E402
 
+_TABLE.update(gathers.TABLE)
 _TABLE.update(math_lowering.TABLE)
 _TABLE.update(pooling.TABLE)
 LOWERINGS: dict[str, Lowering] = {op: _lowered(op, fn) for op, fn in _TABLE.items()}

@@ -1,5 +1,5 @@
 """MLX lowerings of the pools (max/avg with padding, dilation, ceil_mode and
-divisor_override; adaptive avg/max) and of `pad`, registered in
+divisor_override; adaptive avg/max), of `pad` and of the 2-D resizes, registered in
 `codegen_mlx.lowering.LOWERINGS` with the NumPy kernels' values (runtime.window_kernels).
 
 MLX has no pooling op: a pool is one strided slice of the padded input per kernel
@@ -8,8 +8,9 @@ on the host). ceil_mode's overhang past the right padding is padded with the poo
 identity, so it never wins a max and adds nothing to a sum. Adaptive pools reduce row
 bands, then column bands (separable windows). reflect/replicate padding is one `take`
 per padded axis with host-computed source positions; constant padding is a crop then
-mx.pad. The window geometry (overhang, divisors, adaptive bands, pad positions) is the
-oracle's own host arithmetic, imported from runtime.window_kernels.
+mx.pad. Resizes are takes of host-computed source rows (and a weighted mix of two for
+bilinear). The window geometry (overhang, divisors, adaptive bands, pad positions,
+resize sources) is the oracle's own host arithmetic, imported from runtime.window_kernels.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from tensorgraph.codegen_mlx.lowering import Lowering, _as, _window_slices
 from tensorgraph.ir.node import Node
 from tensorgraph.runtime.window_kernels import (
     adaptive_windows,
+    linear_weights,
+    nearest_indices,
     pad_indices,
     pool_divisors,
     window_extra,
@@ -124,10 +127,37 @@ def _pad(node: Node, args: Sequence[mx.array]) -> mx.array:
     return mx.pad(x, widths, constant_values=value) if any(lo or hi for lo, hi in widths) else x
 
 
+def _upsample_nearest2d(node: Node, args: Sequence[mx.array]) -> mx.array:
+    x = args[0]
+    for axis in (2, 3):
+        rows = nearest_indices(x.shape[axis], node.shape[axis]).astype(np.int32)
+        x = mx.take(x, mx.array(rows), axis=axis)
+    return x
+
+
+def _upsample_bilinear2d(node: Node, args: Sequence[mx.array]) -> mx.array:
+    """Rows then columns, each a mix of two takes; half precision mixed in float32."""
+    x = args[0]
+    x = x.astype(mx.float32) if node.dtype.itemsize < 4 else x
+    for axis in (2, 3):
+        lower, upper, weight = linear_weights(
+            x.shape[axis], node.shape[axis], node.attr("align_corners")
+        )
+        shape = [1, 1, 1, 1]
+        shape[axis] = len(weight)
+        w = mx.array(weight.astype(np.float32).reshape(shape))
+        low = mx.take(x, mx.array(lower.astype(np.int32)), axis=axis)
+        high = mx.take(x, mx.array(upper.astype(np.int32)), axis=axis)
+        x = low * (1 - w) + high * w
+    return _as(node, x)
+
+
 TABLE: dict[str, Lowering] = {
     "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,
     "adaptive_avg_pool2d": _adaptive(mx.sum, average=True),
     "adaptive_max_pool2d": _adaptive(mx.max, average=False),
     "pad": _pad,
+    "upsample_nearest2d": _upsample_nearest2d,
+    "upsample_bilinear2d": _upsample_bilinear2d,
 }

@@ -127,10 +127,10 @@ def avg_pool2d(
 def _output_size(x: Tensor, output_size: int | Sequence[int | None]) -> tuple[int, int]:
     """An int or an (H, W) pair; None keeps that input size (torch's convention)."""
     if x.ndim != 4:
-        raise ShapeError(f"adaptive pooling needs an NCHW input but got {x!r}")
+        raise ShapeError(f"resizing and adaptive pooling need an NCHW input but got {x!r}")
     pair = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
     if len(pair) != 2:
-        raise ShapeError(f"adaptive pooling: output_size {output_size} is not (H, W)")
+        raise ShapeError(f"output_size {output_size} is not (H, W)")
     return tuple(x.shape[2 + i] if s is None else int(s) for i, s in enumerate(pair))
 
 
@@ -161,3 +161,25 @@ def pad(
         raise ShapeError(f"pad: pads {tuple(pads)} must be at most {x.ndim} (lo, hi) pairs")
     pairs += [(0, 0)] * (x.ndim - len(pairs))
     return emit("pad", [x], pads=tuple(v for pair in pairs for v in pair), value=value, mode=mode)
+
+
+def upsample_nearest2d(x: Tensor, output_size: int | Sequence[int]) -> Tensor:
+    """Resize H x W to `output_size` by nearest neighbour, torch's legacy "nearest" rule:
+    output row i reads input row min(floor(i * float32(H / OH)), H - 1) (in float32, as
+    torch computes it), likewise columns. Any dtype."""
+    return emit("upsample_nearest2d", [x], output_size=_output_size(x, output_size))
+
+
+def upsample_bilinear2d(
+    x: Tensor, output_size: int | Sequence[int], align_corners: bool = False
+) -> Tensor:
+    """Resize H x W to `output_size` by bilinear interpolation (float inputs), torch's
+    rule: source coordinate i * (H - 1) / (OH - 1) with align_corners, else
+    (i + 0.5) * H / OH - 0.5 clamped at 0; the two nearest rows (the last repeated at the
+    edge) are mixed by the coordinate's fraction, then likewise columns."""
+    return emit(
+        "upsample_bilinear2d",
+        [x],
+        output_size=_output_size(x, output_size),
+        align_corners=bool(align_corners),
+    )

@@ -44,6 +44,7 @@ from tensorgraph.ir.window_inference import (
     infer_conv2d,
     infer_pad,
     infer_pool,
+    infer_upsample,
 )
 
 # ---------------------------------------------------------------- boundary nodes
@@ -248,5 +249,25 @@ register(
             "mode": AttrSpec("str", "constant"),
         },
         category="layout",
+    )
+)
+register(
+    OpDef(
+        "upsample_nearest2d",
+        1,
+        1,
+        infer_upsample("upsample_nearest2d", False),
+        {"output_size": AttrSpec("ints")},
+        category="pool",
+    )
+)
+register(
+    OpDef(
+        "upsample_bilinear2d",
+        1,
+        1,
+        infer_upsample("upsample_bilinear2d", True),
+        {"output_size": AttrSpec("ints"), "align_corners": AttrSpec("bool", False)},
+        category="pool",
     )
 )

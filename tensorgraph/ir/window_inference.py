@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from tensorgraph.errors import ShapeError
+from tensorgraph.errors import DTypeError, ShapeError
 from tensorgraph.ir.dtypes import DType, promote_types
 from tensorgraph.ir.shapes import Shape
 
 if TYPE_CHECKING:
-    from tensorgraph.ir.ops import Operand
+    from tensorgraph.ir.ops import Infer, Operand
 
 PAD_MODES = ("constant", "reflect", "replicate")
 
@@ -128,3 +128,21 @@ def infer_pad(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
             raise ShapeError(f"pad: ({lo}, {hi}) on axis {axis} of {x} in {mode} mode")
         shape.append(size + lo + hi)
     return tuple(shape), x.dtype
+
+
+def infer_upsample(op: str, float_only: bool) -> Infer:
+    """upsample_nearest2d / upsample_bilinear2d: (N, C, OH, OW) from a non-empty H x W;
+    bilinear interpolates, so it needs a float input (as torch's does)."""
+
+    def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+        (x,) = xs
+        if len(x.shape) != 4:
+            raise ShapeError(f"{op} needs an NCHW input but got {x}")
+        if float_only and not x.dtype.is_float:
+            raise DTypeError(f"{op} needs a floating-point input but {x.label} is {x.dtype}")
+        oh, ow = _pair(attrs, "output_size")
+        if oh < 1 or ow < 1 or 0 in x.shape[2:]:
+            raise ShapeError(f"{op}: output size {(oh, ow)} from {x} needs both non-empty")
+        return (*x.shape[:2], oh, ow), x.dtype
+
+    return infer

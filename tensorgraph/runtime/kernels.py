@@ -6,8 +6,11 @@ computed in float32 and rounded once at the end, the way MLX's CPU kernels accum
 operands of arithmetic are first converted to the node's (promoted) dtype. Kernels
 never write into their arguments, so an executor may place the result over an
 argument's bytes after the call (in place). IEEE specials (inf, nan) propagate silently,
-as on every backend; an integer power with a negative exponent and an out-of-range
-`take` or `gather` index are RunErrors naming the node.
+as on every backend; an integer power with a negative exponent, an out-of-range
+`take` or `gather` index and an integer division by zero are RunErrors naming the node.
+Two families live in their own modules and join `KERNELS` at the end of this one:
+math_kernels.py (rounding, float math, integer division, bitwise ops) and
+window_kernels.py (pools, adaptive pools, pad, resizes).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """NumPy kernels of the pools (max/avg with padding, dilation and ceil_mode; adaptive
-avg/max) and of `pad`, registered in `runtime.kernels.KERNELS` (same contract: a fresh
-result of the node's shape and dtype; half precision computed in float32).
+avg/max), of `pad` and of the 2-D resizes (nearest, bilinear), registered in
+`runtime.kernels.KERNELS` (same contract: a fresh result of the node's shape and dtype;
+half precision computed in float32).
 
 Pools follow torch: padding counts as -inf for max and as 0 in avg's sums; with
 ceil_mode the last window may run past the padded input (inference guarantees it starts
@@ -123,10 +124,55 @@ def _pad(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     return np.pad(x[crop], [(max(lo, 0), max(hi, 0)) for lo, hi in pairs], constant_values=value)
 
 
+def nearest_indices(size: int, out: int) -> np.ndarray:
+    """torch's legacy nearest source rows: identity, halving, or min(floor(i * scale),
+    size - 1) with scale = size / out and the product both in float32 (torch's CPU code;
+    exact integer arithmetic differs, e.g. 14 -> 40 at row 20 gives 6, not 7)."""
+    if out == size:
+        return np.arange(out)
+    if out == 2 * size:
+        return np.arange(out) >> 1
+    scale = np.float32(size) / np.float32(out)
+    products = np.arange(out, dtype=np.float32) * scale
+    return np.minimum(np.floor(products).astype(np.int64), size - 1)
+
+
+def linear_weights(size: int, out: int, align_corners: bool) -> tuple:
+    """(lower source row, upper source row, weight of the upper) for each of `out` rows,
+    torch's bilinear source coordinates (see ir.conv.upsample_bilinear2d)."""
+    positions = np.arange(out, dtype=np.float64)
+    if align_corners:
+        source = positions * ((size - 1) / (out - 1) if out > 1 else 0.0)
+    else:
+        source = np.maximum((positions + 0.5) * (size / out) - 0.5, 0.0)
+    lower = np.minimum(np.floor(source).astype(np.int64), size - 1)
+    upper = np.minimum(lower + 1, size - 1)
+    return lower, upper, source - lower
+
+
+def _upsample_nearest2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    x = args[0]
+    x = np.take(x, nearest_indices(x.shape[2], node.shape[2]), axis=2)
+    return np.take(x, nearest_indices(x.shape[3], node.shape[3]), axis=3)
+
+
+def _upsample_bilinear2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    x = _wide(args[0])
+    align = node.attr("align_corners")
+    lower, upper, weight = linear_weights(x.shape[2], node.shape[2], align)
+    weight = weight.astype(x.dtype)[:, None]
+    x = x[:, :, lower] * (1 - weight) + x[:, :, upper] * weight
+    lower, upper, weight = linear_weights(x.shape[3], node.shape[3], align)
+    weight = weight.astype(x.dtype)
+    return x[..., lower] * (1 - weight) + x[..., upper] * weight
+
+
 KERNELS: dict[str, Kernel] = {
     "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,
     "adaptive_avg_pool2d": _adaptive(np.sum, average=True),
     "adaptive_max_pool2d": _adaptive(np.max, average=False),
     "pad": _pad,
+    "upsample_nearest2d": _upsample_nearest2d,
+    "upsample_bilinear2d": _upsample_bilinear2d,
 }

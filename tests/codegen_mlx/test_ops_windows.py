@@ -180,3 +180,43 @@ def test_pad_matches_torch(shape, pairs, mode, value) -> None:
         lambda x: F.pad(x, flat, mode=mode, value=value if mode == "constant" else None),
         rand(*shape),
     )
+
+
+@settings(max_examples=20)
+@given(
+    st.integers(1, 7),
+    st.integers(1, 7),
+    st.integers(1, 15),
+    st.integers(1, 15),
+    st.sampled_from(["nearest", "bilinear", "bilinear-aligned"]),
+)
+def test_resizes_match_torch(h, w, oh, ow, mode) -> None:
+    x, aligned = rand(2, 3, h, w), mode == "bilinear-aligned"
+    if mode == "nearest":
+        check_against_torch(
+            lambda a: tg.upsample_nearest2d(a, (oh, ow)),
+            lambda a: F.interpolate(a, size=(oh, ow), mode="nearest"),
+            x,
+            compiled=False,
+        )
+    else:
+        check_against_torch(
+            lambda a: tg.upsample_bilinear2d(a, (oh, ow), aligned),
+            lambda a: F.interpolate(a, size=(oh, ow), mode="bilinear", align_corners=aligned),
+            x,
+            compiled=False,
+        )
+
+
+@pytest.mark.parametrize(("size", "out"), [((2, 3), (82, 7)), ((5, 4), (9, 13))])
+def test_resizes_in_compiled_mode(size, out) -> None:
+    # 2 -> 82 is where torch's float32 scale picks a different row than exact arithmetic.
+    x = rand(1, 2, *size)
+    check_against_torch(
+        lambda a: tg.upsample_nearest2d(a, out), lambda a: F.interpolate(a, size=out), x
+    )
+    check_against_torch(
+        lambda a: tg.upsample_bilinear2d(a, out, True),
+        lambda a: F.interpolate(a, size=out, mode="bilinear", align_corners=True),
+        x,
+    )

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tensorgraph as tg
-from tests.ir.op_cases import F16, F64, Arrays, Case, case_adder, check_case
+from tests.ir.op_cases import F16, F64, Arrays, Case, build_and_run, case_adder, check_case
 
 CASES: list[Case] = []
 case = case_adder(CASES)
@@ -260,6 +260,96 @@ case(
     tg.float16,
     lambda x: naive_pad(x, [(1, 0), (0, 1)], 1.5, "constant"),
 )
+
+
+# ---------------------------------------------------------------- resizes
+
+
+def naive_resize(x, out, mode, align_corners=False):
+    """Loops over output cells. nearest: source floor(i * H / OH) (exact rational; the
+    sizes below never meet float32's rounding); bilinear: torch's source coordinate,
+    mixed from its two neighbouring rows/columns (the last repeated at the edge)."""
+    n, c, h, w = x.shape
+
+    def source(i, size, count):
+        if align_corners:
+            return i * (size - 1) / (count - 1) if count > 1 else 0.0
+        return max((i + 0.5) * size / count - 0.5, 0.0)
+
+    result = np.zeros((n, c, *out))
+    for i, j in itertools.product(range(out[0]), range(out[1])):
+        if mode == "nearest":
+            result[:, :, i, j] = x[:, :, i * h // out[0], j * w // out[1]]
+            continue
+        r, q = source(i, h, out[0]), source(j, w, out[1])
+        r0, q0 = min(math.floor(r), h - 1), min(math.floor(q), w - 1)
+        r1, q1 = min(r0 + 1, h - 1), min(q0 + 1, w - 1)
+        a, b = r - r0, q - q0
+        result[:, :, i, j] = (
+            (1 - a) * (1 - b) * x[:, :, r0, q0].astype(F64)
+            + (1 - a) * b * x[:, :, r0, q1]
+            + a * (1 - b) * x[:, :, r1, q0]
+            + a * b * x[:, :, r1, q1]
+        )
+    return result
+
+
+RESIZES = [
+    ((1, 2, 4, 5), (8, 10)),
+    ((1, 2, 3, 4), (7, 5)),
+    ((2, 1, 6, 6), (4, 3)),
+    ((1, 1, 1, 3), (3, 1)),
+]
+for _xs, _out in RESIZES:
+    _x = rand(*_xs)
+    case(
+        "upsample_nearest2d",
+        f"{_xs}->{_out}",
+        [_x],
+        lambda x, o=_out: tg.upsample_nearest2d(x, o),
+        tg.float32,
+        lambda x, o=_out: naive_resize(x, o, "nearest"),
+    )
+    for _align in (False, True):
+        case(
+            "upsample_bilinear2d",
+            f"{_xs}->{_out}-align={_align}",
+            [_x],
+            lambda x, o=_out, a=_align: tg.upsample_bilinear2d(x, o, a),
+            tg.float32,
+            lambda x, o=_out, a=_align: naive_resize(x, o, "bilinear", a),
+        )
+case(
+    "upsample_nearest2d",
+    "int8-scalar-size",
+    [ints(1, 2, 3, 3, dtype=np.int8)],
+    lambda x: tg.upsample_nearest2d(x, 6),
+    tg.int8,
+    lambda x: naive_resize(x, (6, 6), "nearest"),
+)
+case(
+    "upsample_bilinear2d",
+    "f16",
+    [rand(1, 1, 3, 3, dtype=F16)],
+    lambda x: tg.upsample_bilinear2d(x, 5),
+    tg.float16,
+    lambda x: naive_resize(x, (5, 5), "bilinear"),
+)
+
+
+def test_nearest_rounds_its_scale_in_float32_like_torch() -> None:
+    # 2 -> 82 rows: scale = float32(2 / 82) = 0.024390243068... < 1 / 41, so row 41 reads
+    # floor(float32(41 * scale)) = floor(0.99999994) = row 0, as torch does, where the
+    # exact 41 * 2 // 82 would be row 1. Row 42 reads row 1.
+    x = np.arange(2, dtype=np.float32).reshape(1, 1, 2, 1)
+    _, _, got = build_and_run(lambda a: tg.upsample_nearest2d(a, (82, 1)), (x,))
+    assert got[0, 0, 40:43, 0].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_bilinear_needs_a_float_input() -> None:
+    g = tg.Graph("bad")
+    with pytest.raises(tg.DTypeError, match=r"%\d+ upsample_bilinear2d: .*floating-point"):
+        tg.upsample_bilinear2d(g.input("x", (1, 1, 2, 2), tg.int32), 4)
 
 
 @pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
