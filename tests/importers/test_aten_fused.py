@@ -127,3 +127,25 @@ class Dropout(torch.nn.Module):
 def test_attention_dropout_is_refused() -> None:
     with pytest.raises(tg.GraphError, match=r"dropout_p=0.5"):
         tg.from_torch(Dropout(), (rand(1, 1, 2, 4),))
+
+
+class EfficientAttention(torch.nn.Module):
+    """The memory-efficient kernel export keeps for CUDA; CPU eager cannot run it, so the
+    oracle is the same attention through F.scaled_dot_product_attention."""
+
+    def forward(self, q, k, v, bias):
+        out, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, bias, False, scale=0.25
+        )
+        return out
+
+
+class ReferenceAttention(torch.nn.Module):
+    def forward(self, q, k, v, bias):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.25)
+
+
+def test_efficient_attention_imports_as_the_fused_op() -> None:
+    args = (rand(1, 2, 4, 8), rand(1, 2, 6, 8), rand(1, 2, 6, 8), rand(1, 2, 4, 6))
+    graph = tg.from_torch(EfficientAttention(), args)
+    check(graph, ReferenceAttention(), args, {"scaled_dot_product_attention"})

@@ -317,6 +317,30 @@ def test_norms_equal_their_composites(shape, affine, seed) -> None:
 
 
 @given(
+    batch=st.integers(1, 2),
+    groups=st.integers(1, 3),
+    per_group=st.integers(1, 3),
+    spatial=st.lists(st.integers(1, 3), max_size=2).map(tuple),
+    seed=st.integers(0, 2**16),
+)
+def test_group_norm_equals_its_composite(batch, groups, per_group, spatial, seed) -> None:
+    channels = groups * per_group
+    shape = (batch, channels, *spatial)
+    arrays = Arrays(seed)
+    g = tg.Graph("group_norm")
+    x, w, b = g.input("x", shape), g.input("w", (channels,)), g.input("b", (channels,))
+    grouped = x.reshape(batch, groups, -1)
+    centred = grouped - grouped.mean(-1, keepdims=True)
+    normed = centred * tg.rsqrt(tg.square(centred).mean(-1, keepdims=True) + 1e-5)
+    per_channel = (channels,) + (1,) * len(spatial)
+    composite = normed.reshape(*shape) * w.reshape(*per_channel) + b.reshape(*per_channel)
+    g.output(tg.group_norm(x, groups, w, b), composite)
+    feeds = {"x": arrays.rand(*shape), "w": arrays.rand(channels), "b": arrays.rand(channels)}
+    fused, want = run_reference(g, feeds)
+    np.testing.assert_allclose(fused, want, rtol=1e-4, atol=1e-5)
+
+
+@given(
     length=st.integers(1, 6),
     half=st.integers(1, 4),
     extra=st.integers(0, 3),
