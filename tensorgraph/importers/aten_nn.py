@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import tensorgraph as tg
-from tensorgraph.importers.aten import Context, cast, handles, require
+from tensorgraph.importers.aten import Context, handles, require
 from tensorgraph.ir.tensor import Tensor
 
 
@@ -163,13 +163,26 @@ def _adaptive_max_pool2d(ctx: Context, x: Tensor, output_size: Sequence[int]) ->
     return (tg.adaptive_max_pool2d(x, size), None)
 
 
+def _check_scales(ctx: Context, x: Tensor, scales: Sequence[object]) -> tuple[int, int]:
+    """torch's output size; explicit scale factors must agree with it (torch then maps
+    output to input by 1/scale, which equals in/out only when out/in is the scale)."""
+    out = ctx.out_shape[-2:]
+    for given, size, out_size in zip(scales, x.shape[-2:], out, strict=False):
+        if given is not None:
+            require(float(given) == out_size / size, f"scale factor {given} for {size}->{out_size}")
+    return out
+
+
 @handles("upsample_nearest2d")
-def _upsample_nearest2d(
-    ctx: Context, x: Tensor, output_size: object = None, *scales: object
+def _upsample_nearest2d(ctx: Context, x: Tensor, output_size: object, *scales: object) -> Tensor:
+    # .default: (x, output_size, scales_h, scales_w); .vec: (x, output_size, scale_factors)
+    flat = scales[0] if len(scales) == 1 and isinstance(scales[0], list | tuple) else scales
+    return tg.upsample_nearest2d(x, _check_scales(ctx, x, flat or ()))
+
+
+@handles("upsample_bilinear2d")
+def _upsample_bilinear2d(
+    ctx: Context, x: Tensor, output_size: object, align_corners: bool, *scales: object
 ) -> Tensor:
-    n, c, h, w = x.shape
-    oh, ow = ctx.out_shape[-2:]
-    require(oh % h == 0 and ow % w == 0, f"nearest upsampling {h}x{w} -> {oh}x{ow}")
-    fh, fw = oh // h, ow // w
-    y = tg.broadcast_to(x.reshape(n, c, h, 1, w, 1), (n, c, h, fh, w, fw))
-    return cast(y.reshape(n, c, oh, ow), x.dtype)
+    flat = scales[0] if len(scales) == 1 and isinstance(scales[0], list | tuple) else scales
+    return tg.upsample_bilinear2d(x, _check_scales(ctx, x, flat or ()), bool(align_corners))

@@ -346,6 +346,17 @@ def _cases() -> list[Case]:
         Case("adaptive_max_pool2d", lambda p: F.adaptive_max_pool2d(p, (3, 4)), (img,)),
         Case("pixel_shuffle", lambda p: F.pixel_shuffle(p, 2), (f(1, 8, 3, 3),)),
         Case("upsample_nearest", lambda p: F.interpolate(p, scale_factor=2), (f(1, 2, 3, 4),)),
+        Case("upsample_nearest_size", lambda p: F.interpolate(p, (5, 7)), (f(1, 2, 3, 4),)),
+        Case(
+            "upsample_bilinear",
+            lambda p: F.interpolate(p, scale_factor=2, mode="bilinear"),
+            (f(1, 2, 3, 4),),
+        ),
+        Case(
+            "upsample_bilinear_align",
+            lambda p: F.interpolate(p, (5, 6), mode="bilinear", align_corners=True),
+            (f(1, 2, 3, 4),),
+        ),
         Case("dropout_eval", lambda p: F.dropout(p, 0.5, training=False) * 2, (x,)),
     ]
 
