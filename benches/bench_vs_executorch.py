@@ -1,21 +1,25 @@
-"""tensorgraph's arena vs ExecuTorch's memory planner on the same exported models.
+"""tensorgraph's arena vs ExecuTorch's memory planner on the 16 real models of issue 12.
 
-Each model (plain PyTorch, tests/importers/torch_examples.py) is exported once
-with torch.export. ExecuTorch plans it with `to_edge` -> `to_executorch` (its default
-greedy planner), with and without its constant propagation; the arena is read from the
+Each model (tests/models_suite/catalog.py: torchvision and transformers with random
+weights, batch 1, float32, images 224x224, sequences of 128) is exported with
+torch.export. ExecuTorch plans it with `to_edge` -> `to_executorch` (its default greedy
+planner), once as is and once after its constant propagation; the arena is read from the
 emitted program (`non_const_buffer_sizes`). tensorgraph imports the same export (weights
-folded, as constant propagation does) and compiles it with the default pipeline, with
-each pass switched off, and with the program order instead of the chosen schedule.
-Both plan graph inputs and outputs inside the arena. Alignment 16 bytes on both sides.
+folded, as constant propagation does) and compiles it with the default pipeline, and
+again without reinplacing (ExecuTorch does not reinplace: the like-for-like column).
+Both plan graph inputs and outputs inside the arena; alignment 16 bytes on both sides.
+Compile times: tensorgraph's import (decompositions included) + compile against
+ExecuTorch's to_edge + to_executorch, both from the same exported program.
 
-Needs the `torch` and `compare` extras (torch==2.13.0, executorch==1.5.1).
+Needs the `models` and `compare` extras (torch, torchvision, transformers, executorch).
 
-    python benches/bench_vs_executorch.py [--small]
+    python benches/bench_vs_executorch.py [--small] [--models NAME ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 import warnings
@@ -26,68 +30,70 @@ import torch
 import tensorgraph as tg
 from tensorgraph.importers.torch_export import from_exported
 
-# The PyTorch models are test fixtures (tests/importers/torch_examples.py), not part of the
+# The model catalog is a test fixture (tests/models_suite/catalog.py), not part of the
 # package: put the repository root on the path so that `tests` is importable from here.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.importers.torch_examples import examples
+from tests.models_suite.catalog import MODELS, build
 
-PASSES = ("dce", "cse", "view_alias", "reinplace")
 ALIGNMENT = 16
+NO_REINPLACE = ("dce", "cse", "view_alias")
 
 
-def executorch_arena(program: torch.export.ExportedProgram, constant_prop: bool) -> int:
+def executorch_arena(program: torch.export.ExportedProgram, constant_prop: bool) -> tuple:
+    """(arena bytes, seconds for to_edge + to_executorch) of ExecuTorch's default plan."""
     from executorch.exir import to_edge
     from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 
+    began = time.perf_counter()
     edge = to_edge(program)
     if constant_prop:
         edge._edge_programs["forward"] = constant_prop_pass(edge.exported_program())
     emitted = edge.to_executorch().executorch_program
+    seconds = time.perf_counter() - began
     sizes = emitted.execution_plan[0].non_const_buffer_sizes
-    return sum(sizes[1:])  # index 0 is reserved by ExecuTorch
+    return sum(sizes[1:]), seconds  # index 0 is reserved by ExecuTorch
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--small", action="store_true", help="the test-sized models")
+    parser.add_argument("--small", action="store_true", help="the CI sizes (64x64 images)")
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=MODELS)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     header = (
-        f"{'model':<13} {'ET':>11} {'ET+constprop':>13} {'tg':>11} {'tg/ET+cp':>9} "
-        f"{'tg LB':>11} {'program ord':>11} " + " ".join(f"{'no ' + p:>13}" for p in PASSES)
+        f"{'model':<19} {'ET':>12} {'ET+constprop':>13} {'tg':>12} {'tg/ET+cp':>9} "
+        f"{'tg no-reinpl':>13} {'/ET+cp':>7} {'tg LB':>12} {'ET s':>6} {'tg s':>6}"
     )
     print(header)
-    for name, (module, inputs) in examples(small=args.small).items():
+    ratios, like_ratios = [], []
+    for name in args.models:
+        module, inputs = build(name, full=not args.small)
+        et_default, et_seconds = executorch_arena(torch.export.export(module, inputs), False)
+        et_constprop, _ = executorch_arena(torch.export.export(module, inputs), True)
         program = torch.export.export(module, inputs)
-        et_default = executorch_arena(program, constant_prop=False)
-        et_constprop = executorch_arena(torch.export.export(module, inputs), constant_prop=True)
-        graph = from_exported(program, name)
         began = time.perf_counter()
+        graph = from_exported(program, name)
         prog = tg.compile(graph, alignment=ALIGNMENT)
-        seconds = time.perf_counter() - began
-        program_order = tg.compile(graph, alignment=ALIGNMENT, schedule="program")
-        without = [
-            tg.compile(
-                graph, passes=tuple(q for q in PASSES if q != p), alignment=ALIGNMENT
-            ).plan.arena_size
-            for p in PASSES
-        ]
+        tg_seconds = time.perf_counter() - began
+        like = tg.compile(graph, passes=NO_REINPLACE, alignment=ALIGNMENT).plan.arena_size
         arena = prog.plan.arena_size
+        ratios.append(arena / et_constprop)
+        like_ratios.append(like / et_constprop)
         print(
-            f"{name:<13} {et_default:>11,} {et_constprop:>13,} {arena:>11,} "
-            f"{arena / et_constprop:>9.3f} {prog.plan.lower_bound:>11,} "
-            f"{program_order.plan.arena_size:>11,} " + " ".join(f"{w:>13,}" for w in without),
+            f"{name:<19} {et_default:>12,} {et_constprop:>13,} {arena:>12,} "
+            f"{arena / et_constprop:>9.3f} {like:>13,} {like / et_constprop:>7.3f} "
+            f"{prog.plan.lower_bound:>12,} {et_seconds:>6.1f} {tg_seconds:>6.1f}",
             flush=True,
         )
-        peak = prog.plan.live_at_peak()[:4]
-        held = ", ".join(
-            f"%{b.id} {prog.graph.node(b.id).op} {prog.graph.node(b.id).shape}" for b in peak
-        )
-        print(
-            f"{'':<13} compile {seconds:.2f} s; schedule {prog.schedule_stats}; peak held "
-            f"by: {held}",
-            flush=True,
-        )
+
+    def geomean(values: list[float]) -> float:
+        return math.exp(sum(math.log(v) for v in values) / len(values))
+
+    print(
+        f"geometric mean tg/ET+constprop {geomean(ratios):.3f}; "
+        f"without reinplacing {geomean(like_ratios):.3f}; "
+        f"tg <= ET+constprop on {sum(r <= 1 for r in ratios)} of {len(ratios)}"
+    )
 
 
 if __name__ == "__main__":

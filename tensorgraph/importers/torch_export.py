@@ -1,22 +1,36 @@
-"""Import a `torch.export` program as a tensorgraph graph (weights become bound params).
+"""Import a PyTorch module as a tensorgraph graph (weights become bound params).
 
-`from_torch(module, example_inputs)` exports the module, then maps every ATen call of the
-exported graph onto tensorgraph ops, one handler per ATen op (the table `ATEN` of
-`importers.aten`), emitting what the export says and nothing cleverer: tensorgraph's own
-passes make the difference. Parameters, buffers and lifted constants become params bound
-to their values; user inputs become inputs named after the export's placeholders.
-Afterwards computations on weights alone (a transposed `nn.Linear` weight, batch-norm
-scale and shift) are folded into params (`passes.fold`), as ExecuTorch's constant
-propagation does. Unsupported ops raise one GraphError listing every one of them with its
-nodes. Needs the `torch` extra.
+`from_torch(module, example_inputs)` runs three steps, and a failure in any of them is a
+GraphError that names the step:
+1. export: `torch.export.export` (torch's own error is kept as the cause);
+2. decompositions: `ExportedProgram.run_decompositions(decomposition_table())`, torch's
+   Core ATen table minus the composite ops tensorgraph has fused ops for (attention and
+   the normalisations), which stay whole; this also functionalises the program, so no
+   in-place op (relu_, add_, ...) reaches the importer;
+3. import: every node of the decomposed graph goes through one handler (the `ATEN` table
+   of `importers.aten*`), emitting what the export says and nothing cleverer.
+
+The import step never stops at the first problem: an op without a handler, arguments a
+handler cannot map (each handler checks them first), or a handler whose result disagrees
+with torch's shape or dtype for that node are all collected, the node then stands in as a
+placeholder of torch's shape and dtype so later nodes are checked too, and one GraphError
+lists every problem with its FX node name and the user's source line (the last frame of
+the node's stack trace outside torch). A graph with problems is never returned.
+
+Parameters, buffers (persistent or not, e.g. a rotary `inv_freq`) and lifted constants
+become params bound to their values; user inputs become inputs named after the export's
+placeholders. Computations on weights alone are then folded into params (`passes.fold`),
+as ExecuTorch's constant propagation does. Needs the `torch` extra.
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 import tensorgraph as tg
-from tensorgraph.errors import GraphError
+from tensorgraph.errors import GraphError, TensorGraphError
 from tensorgraph.passes.fold import fold_weights
 
 try:
@@ -26,93 +40,242 @@ except ImportError as err:  # pragma: no cover - exercised only without torch
         "tensorgraph.importers.torch_export needs torch: pip install 'tensorgraph[torch]'"
     ) from err
 
-# The handler table needs torch too: imported once the check above has passed.
+# The handler tables need torch too: imported once the check above has passed. Importing
+# a handler module registers its handlers in ATEN.
+from tensorgraph.importers import aten_fused as _aten_fused  # noqa: F401
+from tensorgraph.importers import aten_index as _aten_index  # noqa: F401
+from tensorgraph.importers import aten_math as _aten_math  # noqa: F401
+from tensorgraph.importers import aten_nn as _aten_nn  # noqa: F401
 from tensorgraph.importers.aten import (
     ATEN,
-    COMPARE,
     DTYPES,
-    UNARY,
     Context,
     Handler,
+    Unsupported,
     handles,
+    op_name,
     to_dtype,
 )
 
 __all__ = [
     "ATEN",
-    "COMPARE",
     "DTYPES",
-    "UNARY",
+    "FUSED_COMPOSITES",
     "Context",
     "Handler",
+    "Unsupported",
+    "decomposition_table",
     "from_exported",
     "from_torch",
     "handles",
     "to_dtype",
 ]
 
+# Composite ops kept whole when tensorgraph has a handler for them (a fused IR op).
+FUSED_COMPOSITES = (
+    "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "layer_norm",
+    "native_layer_norm",
+    "rms_norm",
+    "_fused_rms_norm",
+    "group_norm",
+    "native_group_norm",
+)
+# Nodes that carry no computation: shape/dtype assertions the export inserts.
+_DROPPED = ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size")
+# Keyword arguments about placement only: every tensorgraph buffer is dense, row-major and
+# on the backend's device, so these never change a value.
+_PLACEMENT = ("device", "layout", "pin_memory", "memory_format", "non_blocking")
 
-def _op_name(target: object) -> str:
-    packet = getattr(target, "overloadpacket", None)
-    return packet.__name__ if packet is not None else getattr(target, "__name__", str(target))
+
+def decomposition_table() -> dict:
+    """torch's Core ATen decomposition table without the composites of FUSED_COMPOSITES
+    that have a handler in ATEN (those stay whole, to become fused IR ops)."""
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        name = op.name().split("::")[-1].split(".")[0]
+        if name in FUSED_COMPOSITES and name in ATEN:
+            table.pop(op)
+    return table
 
 
-def from_exported(program: torch.export.ExportedProgram, name: str = "torch") -> tg.Graph:
-    """The tensorgraph graph of an ExportedProgram (see the module docstring)."""
-    fx_nodes = list(program.graph.nodes)
-    unsupported: dict[str, list[str]] = {}
-    for node in fx_nodes:
-        if node.op == "call_function":
-            op = _op_name(node.target)
-            if op not in ATEN and op != "getitem":
-                unsupported.setdefault(f"aten.{op}", []).append(node.name)
-    if unsupported:
-        listing = "; ".join(
-            f"{op} (nodes {', '.join(nodes)})" for op, nodes in sorted(unsupported.items())
-        )
-        raise GraphError(f"unsupported ATen op(s) in {name!r}: {listing}")
-    graph = tg.Graph(name)
-    ctx = Context(graph)
-    values: dict[str, object] = {}
-    state = {**program.state_dict, **getattr(program, "constants", {})}
-    specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
-    for node in fx_nodes:
-        ctx.node = node
-        if node.op == "placeholder":
-            meta = node.meta["val"]
+def from_torch(module: torch.nn.Module, example_inputs: tuple, name: str | None = None) -> tg.Graph:
+    """The graph of `module` exported on `example_inputs` (see the module docstring).
+    GraphError naming the failing step (export, decompositions, import) otherwise."""
+    name = name or type(module).__name__.lower()
+    try:
+        program = torch.export.export(module, tuple(example_inputs))
+    except Exception as err:
+        raise GraphError(f"importing {name!r} failed at step 'export': {_first_line(err)}") from err
+    return from_exported(program, name)
+
+
+def from_exported(
+    program: torch.export.ExportedProgram, name: str = "torch", decompose: bool = True
+) -> tg.Graph:
+    """The graph of an ExportedProgram: decomposed first (`decompose=False` imports it as
+    it is, e.g. one already decomposed with `decomposition_table()`), then imported."""
+    if decompose:
+        try:
+            program = program.run_decompositions(decomposition_table())
+        except Exception as err:
+            raise GraphError(
+                f"importing {name!r} failed at step 'decompositions': {_first_line(err)}"
+            ) from err
+    return _Importer(program, name).run()
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return f"{type(err).__name__}: {text.splitlines()[0]}"
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """The user's source line of an FX node: the last frame of its stack trace that is not
+    inside torch itself ("" when the export recorded no trace)."""
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    outside = [f for f in frames if "/torch/" not in f[0].replace("\\", "/")]
+    if not outside:
+        return ""
+    path, line, function, code = outside[-1]
+    return f"{path}:{line} in {function}: {code.strip()}"
+
+
+class _Importer:
+    """One import: maps FX nodes to Tensors, collecting every problem (see module doc)."""
+
+    def __init__(self, program: torch.export.ExportedProgram, name: str) -> None:
+        self.program = program
+        self.name = name
+        self.graph = tg.Graph(name)
+        self.ctx = Context(self.graph)
+        self.problems: list[str] = []
+
+    def run(self) -> tg.Graph:
+        values: dict[str, object] = {}
+        state = {**self.program.state_dict, **getattr(self.program, "constants", {})}
+        specs = {spec.arg.name: spec for spec in self.program.graph_signature.input_specs}
+        for node in self.program.graph.nodes:
+            if node.op != "placeholder":
+                continue
             spec = specs[node.name]
+            meta = node.meta["val"]
+            if meta.dtype not in DTYPES:
+                values[node.name] = self.fail(node, f"{spec.kind.name.lower()} of {meta.dtype}")
+                continue
             shape, dtype = tuple(int(d) for d in meta.shape), to_dtype(meta.dtype)
             if spec.kind.name == "USER_INPUT":
-                values[node.name] = graph.input(node.name, shape, dtype)
+                values[node.name] = self.graph.input(node.name, shape, dtype)
             else:
                 array = state[spec.target].detach().cpu().contiguous().numpy()
-                values[node.name] = graph.param(
+                values[node.name] = self.graph.param(
                     spec.target, shape, dtype, np.array(array, dtype.to_numpy())
                 )
-        elif node.op == "call_function":
-            args = _map(node.args, values)
-            kwargs = {
-                k: _map(v, values)
-                for k, v in node.kwargs.items()
-                if k not in ("device", "layout", "pin_memory", "memory_format")
-            }
-            if _op_name(node.target) == "getitem":
-                values[node.name] = args[0][args[1]]
-                continue
-            kwargs.pop("dtype", None) if _op_name(node.target) not in ("_to_copy", "to") else None
-            values[node.name] = ATEN[_op_name(node.target)](ctx, *args, **kwargs)
-        elif node.op == "output":
-            outputs = node.args[0]
-            user = [
-                spec
-                for spec in program.graph_signature.output_specs
-                if spec.kind.name == "USER_OUTPUT"
-            ]
-            names = {spec.arg.name for spec in user}
-            for out in outputs:
-                if out is not None and out.name in names:
-                    graph.output(values[out.name])
-    return fold_weights(graph)
+        outputs = self.run_graph(self.program.graph_module, values)
+        if self.problems:
+            raise GraphError(
+                f"importing {self.name!r} failed at step 'import': "
+                f"{len(self.problems)} problem(s):\n  " + "\n  ".join(self.problems)
+            )
+        user = {
+            spec.arg.name
+            for spec in self.program.graph_signature.output_specs
+            if spec.kind.name == "USER_OUTPUT"
+        }
+        for fx_node, value in outputs:
+            if isinstance(fx_node, torch.fx.Node) and fx_node.name in user:
+                self.graph.output(value)
+        return fold_weights(self.graph)
+
+    def run_graph(
+        self, module: torch.fx.GraphModule, values: dict[str, object]
+    ) -> list[tuple[torch.fx.Node | None, object]]:
+        """Map the call_function nodes of `module.graph` (placeholders already in
+        `values`); returns its output nodes with their values."""
+        for node in module.graph.nodes:
+            if node.op == "call_function":
+                values[node.name] = self.call(module, node, values)
+            elif node.op == "get_attr":
+                values[node.name] = getattr(module, node.target)
+            elif node.op == "output":
+                results = node.args[0]
+                results = results if isinstance(results, list | tuple) else (results,)
+                return [(r, _map(r, values)) for r in results]
+        return []
+
+    def call(self, module: torch.fx.GraphModule, node: torch.fx.Node, values: dict) -> object:
+        target = node.target
+        if target is torch.ops.higher_order.wrap_with_set_grad_enabled:
+            # What export makes of a `torch.no_grad()` region: inference ignores grad
+            # mode, so the submodule's graph is inlined with the operands as its inputs.
+            submodule = _map(node.args[1], values)
+            inner = dict(values)
+            placeholders = [n for n in submodule.graph.nodes if n.op == "placeholder"]
+            for placeholder, operand in zip(placeholders, node.args[2:], strict=True):
+                inner[placeholder.name] = _map(operand, values)
+            return tuple(value for _, value in self.run_graph(submodule, inner))
+        args = _map(node.args, values)
+        if getattr(target, "__name__", "") == "getitem":
+            return args[0][args[1]]
+        op = op_name(target)
+        if op in _DROPPED:
+            return None
+        kwargs = {k: _map(v, values) for k, v in node.kwargs.items() if k not in _PLACEMENT}
+        self.ctx.node = node
+        handler = ATEN.get(op)
+        if handler is None:
+            return self.fail(node, f"unsupported op aten.{op}")
+        try:
+            result = handler(self.ctx, *args, **kwargs)
+        except TensorGraphError as err:  # Unsupported, or a builder error on the arguments
+            return self.fail(node, f"aten.{op}: {err}")
+        except Exception as err:
+            # A TypeError is an argument the handler's signature does not take; any other
+            # failure is still this node's problem, listed with the rest, never a crash.
+            return self.fail(node, f"aten.{op}: {type(err).__name__}: {err}")
+        mismatch = _check_result(result, node.meta.get("val"))
+        return self.fail(node, f"aten.{op}: {mismatch}") if mismatch else result
+
+    def fail(self, node: torch.fx.Node, problem: str) -> object:
+        """Record `problem` for `node`; return stand-ins of torch's shapes and dtypes."""
+        where = source_line(node)
+        self.problems.append(f"{node.name}: {problem}" + (f" (at {where})" if where else ""))
+        return self.stand_in(node.meta.get("val"), node.name)
+
+    def stand_in(self, meta: object, name: str) -> object:
+        if isinstance(meta, list | tuple):
+            return tuple(self.stand_in(m, f"{name}_{i}") for i, m in enumerate(meta))
+        if isinstance(meta, torch.Tensor):
+            # A dtype tensorgraph lacks is already a reported problem: float32 stands in.
+            shape = tuple(int(d) for d in meta.shape)
+            dtype = DTYPES.get(meta.dtype, tg.float32)
+            return self.graph.input(f"__unimported_{name}", shape, dtype)
+        return None
+
+
+def _check_result(result: object, meta: object) -> str:
+    """'' when `result` has torch's shapes and dtypes `meta`, else what differs."""
+    if isinstance(meta, torch.Tensor):
+        if not isinstance(result, tg.Tensor):
+            return f"handler returned {type(result).__name__}, torch gives a tensor"
+        want = (tuple(int(d) for d in meta.shape), DTYPES.get(meta.dtype))
+        if (result.shape, result.dtype) != want:
+            return f"handler made {result.shape} {result.dtype}, torch gives {want[0]} {want[1]}"
+        return ""
+    if isinstance(meta, list | tuple) and isinstance(result, list | tuple):
+        # Elements a handler leaves out (None, or a stand-in for an autograd-only result
+        # that fails when read) are not computed here: only the Tensors are checked.
+        for got, expected in zip(result, meta, strict=False):
+            if isinstance(got, tg.Tensor) and expected is not None:
+                problem = _check_result(got, expected)
+                if problem:
+                    return problem
+    return ""
 
 
 def _map(value: object, values: dict[str, object]) -> object:
@@ -121,9 +284,3 @@ def _map(value: object, values: dict[str, object]) -> object:
     if isinstance(value, list | tuple):
         return type(value)(_map(v, values) for v in value)
     return value
-
-
-def from_torch(module: torch.nn.Module, example_inputs: tuple, name: str | None = None) -> tg.Graph:
-    """Export `module` on `example_inputs` with torch.export and import the program."""
-    program = torch.export.export(module, tuple(example_inputs))
-    return from_exported(program, name or type(module).__name__.lower())
