@@ -11,12 +11,17 @@ Unbound params and inputs are run-time values and never fold.
 The trade-off: a folded value lives in the constant segment for the whole run, where a
 computed one occupies the arena only while live. So a value folds only when it is no
 larger than the static values it is computed from (a transpose, a scale) or is small
-(`SMALL_FOLD` bytes: masks and tables of typical sequence lengths); a large broadcast
-stays a run-time computation. A generator (`full`, `arange`: no inputs) is never made a
-constant by itself: computing it costs nothing, and as a run-time value its buffer can
-be reused in place (a KV cache built by `zeros` and updated by `slice_update`), which a
-constant's bytes never can. Folding never grows the bytes a graph holds
-beyond `SMALL_FOLD` per folded value. O(n) plus the kernels' own work.
+(`SMALL_FOLD` bytes: masks and tables of typical sequence lengths), or, for larger
+values computed from small ones (T5's relative position bias, built from a few hundred
+bytes of bucket weights), while the constant segment grows by at most
+`GROWTH_SHARE` of the bound weights' bytes in all, first come first served in graph
+order: a model's weights set the scale of what is worth keeping resident. A large
+broadcast of a small value in a small model stays a run-time computation. A generator
+(`full`, `arange`: no inputs) is never made a constant by itself: computing it costs
+nothing, and as a run-time value its buffer can be reused in place (a KV cache built by
+`zeros` and updated by `slice_update`), which a constant's bytes never can. Folding
+never grows the bytes a graph holds beyond `SMALL_FOLD` per folded value plus
+`GROWTH_SHARE` of its weights. O(n) plus the kernels' own work.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ from tensorgraph.passes.result import PassResult
 from tensorgraph.runtime.kernels import constant_value, evaluate
 
 SMALL_FOLD = 1 << 16  # bytes: a value this small folds whatever it is computed from
+GROWTH_SHARE = 1 / 16  # of the bound weights' bytes: the most larger folds may add
 
 
 def _static_values(graph: Graph) -> dict[int, object]:
     """Node id -> compile-time value, for every value that folds (see module doc)."""
     static: dict[int, object] = {}
+    growth = GROWTH_SHARE * sum(v.nbytes for v in graph.param_values.values())
     for node in graph.nodes:
         if node.op == "param" and node.name in graph.param_values:
             static[node.id] = graph.param_values[node.name]
@@ -42,9 +49,13 @@ def _static_values(graph: Graph) -> dict[int, object]:
             not OPS[node.op].boundary
             and OPS[node.op].pure
             and all(i in static for i in node.inputs)
-            and node.nbytes <= max(SMALL_FOLD, sum(static[i].nbytes for i in set(node.inputs)))
         ):
-            static[node.id] = evaluate(node, [static[i] for i in node.inputs])
+            sources = sum(static[i].nbytes for i in set(node.inputs))
+            if node.nbytes <= max(SMALL_FOLD, sources):
+                static[node.id] = evaluate(node, [static[i] for i in node.inputs])
+            elif node.nbytes - sources <= growth:
+                growth -= node.nbytes - sources
+                static[node.id] = evaluate(node, [static[i] for i in node.inputs])
     return static
 
 
