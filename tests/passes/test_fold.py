@@ -23,14 +23,14 @@ def bias_graph(weight_bytes: int) -> tg.Graph:
 
 def test_a_large_value_from_small_sources_folds_within_the_weights_share() -> None:
     # The bias adds 256 KiB - 16 B to the constants: more than SMALL_FOLD, and more than
-    # its 16 B source. With 8 MiB of weights the share is 512 KiB: it folds.
+    # its 16 B source. With 8 MiB of weights the share is 4 MiB: it folds.
     assert SMALL_FOLD < 4 * 128 * 128 * 4
     # (The weight's sum, 4 bytes, folds in both cases.)
     assert folded_shapes(bias_graph(8 << 20)) == [(4, 128, 128), ()]
-    # With 1 MiB of weights the share is 64 KiB < 256 KiB: the broadcast stays a run-time
-    # value, and what it reads, tanh(table) (16 B), is the folded value instead.
-    assert GROWTH_SHARE * (1 << 20) < 4 * 128 * 128 * 4
-    assert folded_shapes(bias_graph(1 << 20)) == [(4, 1, 1), ()]
+    # With 128 KiB of weights the share is 64 KiB < 256 KiB: the broadcast stays a
+    # run-time value, and what it reads, tanh(table) (16 B), is the folded value instead.
+    assert GROWTH_SHARE * (128 << 10) < 4 * 128 * 128 * 4
+    assert folded_shapes(bias_graph(128 << 10)) == [(4, 1, 1), ()]
 
 
 def folded_shapes(graph: tg.Graph) -> list[tuple[int, ...]]:
