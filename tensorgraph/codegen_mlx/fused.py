@@ -5,6 +5,13 @@ Attention, layer norm, RMS norm and rotary embedding call MLX's fused kernels
 and the bottom-right-aligned causal mask are native there. `group_norm` has no fast
 kernel and is the composite of mean/variance over (N, G, -1) groups in float32.
 
+On the CPU, MLX has no fused kernels for these: `mx.fast` runs its own composite there
+as one opaque primitive, which `mx.compile` cannot fuse with its neighbours. So on the
+CPU, layer norm, RMS norm and rope lower to the same float32 composites written out
+(measured inside mx.compile at a Llama's dispatch-bound sizes: RMS norm 31 -> 20 us,
+rope 43 -> 25 us per op); attention keeps `mx.fast` (the same speed either way).
+`FAST_ON_CPU` switches the CPU path back to `mx.fast` (the tests run both).
+
 Precision: the fast kernels compute in float32 (half inputs accumulate in float32 and
 round once), the oracle in float64; their difference is float32 rounding of a few
 reductions, bounded in the tests. Inputs of rank below what a fast kernel accepts are
@@ -52,14 +59,38 @@ def _sdpa(node: Node, args: list[mx.array]) -> mx.array:
     return out if live is None else mx.where(live, out, mx.zeros((), out.dtype))
 
 
+FAST_ON_CPU = False  # True: the CPU path calls mx.fast too (see the module docstring)
+
+
+def _composite() -> bool:
+    """True when the op should be written out (the CPU, unless FAST_ON_CPU)."""
+    return not FAST_ON_CPU and mx.default_device() == mx.cpu
+
+
 def _layer_norm(node: Node, args: list[mx.array]) -> mx.array:
     weight, bias = _optional(node, args)
-    return mx.fast.layer_norm(args[0], weight, bias, node.attr("eps"))
+    if not _composite():
+        return mx.fast.layer_norm(args[0], weight, bias, node.attr("eps"))
+    x = args[0].astype(mx.float32)
+    mean = mx.mean(x, axis=-1, keepdims=True)
+    centred = x - mean
+    y = centred * mx.rsqrt(mx.mean(mx.square(centred), axis=-1, keepdims=True) + node.attr("eps"))
+    if weight is not None:
+        y = y * weight.astype(mx.float32)
+    if bias is not None:
+        y = y + bias.astype(mx.float32)
+    return y.astype(args[0].dtype)
 
 
 def _rms_norm(node: Node, args: list[mx.array]) -> mx.array:
     weight = args[1] if len(args) == 2 else None
-    return mx.fast.rms_norm(args[0], weight, node.attr("eps"))
+    if not _composite():
+        return mx.fast.rms_norm(args[0], weight, node.attr("eps"))
+    x = args[0].astype(mx.float32)
+    y = x * mx.rsqrt(mx.mean(mx.square(x), axis=-1, keepdims=True) + node.attr("eps"))
+    if weight is not None:
+        y = y * weight.astype(mx.float32)
+    return y.astype(args[0].dtype)
 
 
 def _group_norm(node: Node, args: list[mx.array]) -> mx.array:
@@ -78,8 +109,33 @@ def _group_norm(node: Node, args: list[mx.array]) -> mx.array:
     return y.astype(MX_DTYPES[node.dtype.name])
 
 
+def _rope_composite(node: Node, x: mx.array) -> mx.array:
+    """`mx.fast.rope` written out in float32: features [0, dims) rotate by angle
+    (offset + l) * scale * base^(-2i/dims), as halves (or adjacent pairs when
+    traditional); features from dims on pass through."""
+    dims, length = node.attr("dims"), x.shape[-2]
+    positions = (mx.arange(length, dtype=mx.float32) + node.attr("offset")) * node.attr("scale")
+    inv_freq = node.attr("base") ** (-mx.arange(0, dims, 2, dtype=mx.float32) / dims)
+    angles = positions[:, None] * inv_freq[None, :]
+    cos, sin = mx.cos(angles), mx.sin(angles)
+    wide = x.astype(mx.float32)
+    rotated, rest = wide[..., :dims], wide[..., dims:]
+    if node.attr("traditional"):
+        pairs = rotated.reshape(*rotated.shape[:-1], dims // 2, 2)
+        a, b = pairs[..., 0], pairs[..., 1]
+        turned = mx.stack([a * cos - b * sin, a * sin + b * cos], axis=-1).reshape(rotated.shape)
+    else:
+        a, b = rotated[..., : dims // 2], rotated[..., dims // 2 :]
+        turned = mx.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+    if rest.shape[-1]:
+        turned = mx.concatenate([turned, rest], axis=-1)
+    return turned.astype(x.dtype)
+
+
 def _rope(node: Node, args: list[mx.array]) -> mx.array:
     x = args[0]
+    if _composite():
+        return _rope_composite(node, x)
     shape = x.shape
     if x.ndim < 3:
         x = x.reshape(1, *shape)

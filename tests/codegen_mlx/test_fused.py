@@ -1,5 +1,6 @@
 """The fused ops on MLX (mx.fast kernels, group_norm composite) against the NumPy oracle,
-eager and compiled.
+eager and compiled, once with the CPU's written-out composites and once with mx.fast
+(`codegen_mlx.fused.FAST_ON_CPU`), so both lowerings are checked on any machine.
 
 Tolerances, derived for inputs uniform in [-2, 2] (float32 unit roundoff u = 6e-8):
 - norms: a row of D <= 24 values; mean and variance are float32 sums, relative error
@@ -23,11 +24,22 @@ properties over shapes draw fewer examples than the suite's default.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorgraph as tg
+from tensorgraph.codegen_mlx import fused
 from tests.codegen_mlx.test_lowering import check
+
+
+@pytest.fixture(autouse=True, scope="module", params=[False, True], ids=["composite", "fast"])
+def lowering(request: pytest.FixtureRequest) -> object:
+    """Every test of this module runs with both CPU lowerings of the fused ops."""
+    fused.FAST_ON_CPU = request.param
+    yield request.param
+    fused.FAST_ON_CPU = False
+
 
 NORM = {"rtol": 1e-5, "atol": 1e-5}
 ATTENTION = {"rtol": 1e-5, "atol": 3e-5}
