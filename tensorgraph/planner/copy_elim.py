@@ -71,10 +71,11 @@ def written_ranges(graph: Graph, node: Node, locate: Locate) -> list[tuple[str, 
     slots = concat_slots(graph, node)
     if slots is None:
         return [(segment, offset, offset + node.nbytes)]
+    copied = copied_slots(graph, node, locate)
     return [
         (segment, offset + slots[k], offset + slots[k] + graph.node(i).nbytes)
         for k, i in enumerate(node.inputs)
-        if k in copied_slots(graph, node, locate)
+        if k in copied
     ]
 
 
@@ -115,6 +116,7 @@ def place_concats(
         for root in dict.fromkeys(roots.get(c, ())):
             if root is not None:
                 readers.setdefault(root, []).append(c)
+    position = {node_id: step for step, node_id in enumerate(order)}
     placed: dict[int, Alias] = {}
     for concat_id in reversed(order):
         if concat_id not in roots:
@@ -134,7 +136,9 @@ def place_concats(
         tentative = {**placed, **group}
         for root in group:
             for earlier in readers.get(root, ()):
-                if earlier == concat_id or earlier in tentative or earlier in prefixes:
+                if position[earlier] >= position[concat_id]:
+                    continue  # a placement points forward: only earlier concats
+                if earlier in tentative or earlier in prefixes:
                     continue
                 e = graph.node(earlier)
                 alias = _already_inside(graph, e, concat_slots(graph, e), roots[earlier], tentative)

@@ -241,3 +241,17 @@ def test_the_design_name_concat_selects_copy_elimination() -> None:
     by_design = tg.compile(g, passes=("view_alias", "concat"))
     assert by_design.options.passes == ("view_alias", "copy_elim")
     assert by_design.aliasing.count("concat") == 2
+
+
+def test_an_earlier_concat_of_the_same_operands_is_a_slice_of_the_later_one() -> None:
+    # Without CSE, two concats of (a, b): the later claims a and b, and the earlier,
+    # whose operands then lie back to back inside it, becomes a slice of it (offset 0).
+    g = tg.Graph("twice")
+    x = g.input("x", (1, 2, 16))
+    a, b = tg.tanh(x), tg.sigmoid(x)
+    first, second = tg.concatenate([a, b], axis=1), tg.concatenate([a, b], axis=1)
+    g.output(tg.exp(first), tg.negative(second))
+    prog = tg.compile(g, passes=("view_alias", "copy_elim", "reinplace"), schedule="program")
+    assert prog.aliasing.of(first.node.id) == Alias(second.node.id, 0, "concat")
+    assert prog.aliasing.of(b.node.id) == Alias(second.node.id, 128, "concat")
+    exact(prog, g)
