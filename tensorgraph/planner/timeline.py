@@ -22,7 +22,8 @@ from tensorgraph.planner.liveness import owner
 from tensorgraph.planner.plan import MemoryPlan
 from tensorgraph.planner.report import UNITS, human
 
-# One colour per op registry category (Tableau 10, with grey for the boundary ops).
+# One colour per op registry category (Tableau 10 and two of its neighbours, with grey
+# for the boundary ops); a test checks every category has its own.
 KIND_COLOURS = {
     "boundary": "#9e9e9e",
     "elementwise": "#4e79a7",
@@ -35,6 +36,8 @@ KIND_COLOURS = {
     "gather": "#b07aa1",
     "update": "#ff9da7",
     "generator": "#9c755f",
+    "attention": "#17becf",
+    "normalization": "#bcbd22",
     "other": "#cccccc",
 }
 # Past this many rectangles their white outlines would hide the colours.

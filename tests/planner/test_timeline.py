@@ -129,3 +129,13 @@ def test_plot_is_written_at_exactly_the_path_given(tmp_path) -> None:
     assert path == tmp_path / "timeline"
     assert png_size(path) == (1200, 600)
     assert [p.name for p in tmp_path.iterdir()] == ["timeline"]
+
+
+def test_every_op_category_has_its_own_colour() -> None:
+    from tensorgraph.ir.ops import OPS
+    from tensorgraph.planner.timeline import KIND_COLOURS
+
+    categories = {op.category for op in OPS.values()}
+    assert categories <= set(KIND_COLOURS)
+    colours = [KIND_COLOURS[c] for c in categories]
+    assert len(set(colours)) == len(colours)
