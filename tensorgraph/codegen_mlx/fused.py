@@ -21,6 +21,8 @@ every key masked out are set to 0 after the fast kernel (MLX averages them inste
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import mlx.core as mx
 
 from tensorgraph.codegen_mlx.arrays import MX_DTYPES
@@ -109,15 +111,37 @@ def _group_norm(node: Node, args: list[mx.array]) -> mx.array:
     return y.astype(MX_DTYPES[node.dtype.name])
 
 
+_ROPE_TABLES: OrderedDict[tuple, tuple[mx.array, mx.array]] = OrderedDict()
+ROPE_TABLES_KEPT = 64  # most recently used tables kept (a decode loop makes one per offset)
+
+
+def _rope_tables(node: Node, length: int) -> tuple[mx.array, mx.array]:
+    """float32 (L, dims/2) cos and sin of the angles (offset + l) * scale *
+    base^(-2i/dims), computed once per distinct table and kept (a model's rope ops
+    share one): inside a trace they are constants, not recomputed on every call."""
+    key = (*(node.attr(k) for k in ("dims", "base", "scale", "offset")), length)
+    if key in _ROPE_TABLES:
+        _ROPE_TABLES.move_to_end(key)
+    else:
+        dims = node.attr("dims")
+        positions = mx.arange(length, dtype=mx.float32) + node.attr("offset")
+        positions = positions * node.attr("scale")
+        inv_freq = node.attr("base") ** (-mx.arange(0, dims, 2, dtype=mx.float32) / dims)
+        angles = positions[:, None] * inv_freq[None, :]
+        tables = (mx.cos(angles), mx.sin(angles))
+        mx.eval(tables)
+        _ROPE_TABLES[key] = tables
+        if len(_ROPE_TABLES) > ROPE_TABLES_KEPT:
+            _ROPE_TABLES.popitem(last=False)
+    return _ROPE_TABLES[key]
+
+
 def _rope_composite(node: Node, x: mx.array) -> mx.array:
     """`mx.fast.rope` written out in float32: features [0, dims) rotate by angle
     (offset + l) * scale * base^(-2i/dims), as halves (or adjacent pairs when
     traditional); features from dims on pass through."""
-    dims, length = node.attr("dims"), x.shape[-2]
-    positions = (mx.arange(length, dtype=mx.float32) + node.attr("offset")) * node.attr("scale")
-    inv_freq = node.attr("base") ** (-mx.arange(0, dims, 2, dtype=mx.float32) / dims)
-    angles = positions[:, None] * inv_freq[None, :]
-    cos, sin = mx.cos(angles), mx.sin(angles)
+    dims = node.attr("dims")
+    cos, sin = _rope_tables(node, x.shape[-2])
     wide = x.astype(mx.float32)
     rotated, rest = wide[..., :dims], wide[..., dims:]
     if node.attr("traditional"):

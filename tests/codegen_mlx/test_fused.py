@@ -153,3 +153,17 @@ def test_half_precision_fused_ops_round_once() -> None:
         )
 
     check(build, q, kv, w, **HALF)
+
+
+def test_rope_tables_are_shared_and_bounded() -> None:
+    # One table per distinct (dims, base, scale, offset, length), reused by every rope
+    # op that asks for it; a decode loop (a new offset per step) keeps at most
+    # ROPE_TABLES_KEPT of them.
+    g = tg.Graph("rope")
+    x = g.input("x", (1, 2, 3, 4))
+    nodes = [tg.rope(x, 4, offset=k).node for k in range(fused.ROPE_TABLES_KEPT + 6)]
+    first = fused._rope_tables(nodes[0], 3)
+    assert fused._rope_tables(nodes[0], 3) is first
+    for node in nodes:
+        fused._rope_tables(node, 3)
+    assert len(fused._ROPE_TABLES) <= fused.ROPE_TABLES_KEPT
