@@ -61,6 +61,12 @@ def _sdpa(node: Node, args: list[mx.array]) -> mx.array:
     return out if live is None else mx.where(live, out, mx.zeros((), out.dtype))
 
 
+def _standardise(x: mx.array, eps: float) -> mx.array:
+    """(x - mean) / sqrt(var + eps) over the last axis (float32 in, float32 out)."""
+    centred = x - mx.mean(x, axis=-1, keepdims=True)
+    return centred * mx.rsqrt(mx.mean(mx.square(centred), axis=-1, keepdims=True) + eps)
+
+
 FAST_ON_CPU = False  # True: the CPU path calls mx.fast too (see the module docstring)
 
 
@@ -73,10 +79,7 @@ def _layer_norm(node: Node, args: list[mx.array]) -> mx.array:
     weight, bias = _optional(node, args)
     if not _composite():
         return mx.fast.layer_norm(args[0], weight, bias, node.attr("eps"))
-    x = args[0].astype(mx.float32)
-    mean = mx.mean(x, axis=-1, keepdims=True)
-    centred = x - mean
-    y = centred * mx.rsqrt(mx.mean(mx.square(centred), axis=-1, keepdims=True) + node.attr("eps"))
+    y = _standardise(args[0].astype(mx.float32), node.attr("eps"))
     if weight is not None:
         y = y * weight.astype(mx.float32)
     if bias is not None:
@@ -99,9 +102,7 @@ def _group_norm(node: Node, args: list[mx.array]) -> mx.array:
     x = args[0].astype(mx.float32)
     batch, channels = x.shape[:2]
     grouped = x.reshape(batch, node.attr("num_groups"), -1)
-    mean = mx.mean(grouped, axis=-1, keepdims=True)
-    var = mx.mean(mx.square(grouped - mean), axis=-1, keepdims=True)
-    y = ((grouped - mean) * mx.rsqrt(var + node.attr("eps"))).reshape(x.shape)
+    y = _standardise(grouped, node.attr("eps")).reshape(x.shape)
     per_channel = (channels,) + (1,) * (x.ndim - 2)
     weight, bias = _optional(node, args)
     if weight is not None:

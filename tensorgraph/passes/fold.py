@@ -55,10 +55,9 @@ def _static_values(graph: Graph) -> dict[int, object]:
             and all(i in static for i in node.inputs)
         ):
             sources = sum(static[i].nbytes for i in set(node.inputs))
-            if node.nbytes <= max(SMALL_FOLD, sources):
-                static[node.id] = evaluate(node, [static[i] for i in node.inputs])
-            elif node.nbytes - sources <= growth:
-                growth -= node.nbytes - sources
+            grows = 0 if node.nbytes <= max(SMALL_FOLD, sources) else node.nbytes - sources
+            if grows <= growth:
+                growth -= grows
                 static[node.id] = evaluate(node, [static[i] for i in node.inputs])
     return static
 

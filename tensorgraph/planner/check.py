@@ -45,17 +45,9 @@ def verify_plan(graph: Graph, plan: object, aliasing: Aliasing) -> None:
     _check_versions(graph, plan, aliasing, live)
 
 
-def _where(plan: object, node_id: int) -> tuple[str, int]:
-    if node_id in plan.offsets:
-        return "arena", plan.offsets[node_id]
-    if node_id in plan.constant_offsets:
-        return "constants", plan.constant_offsets[node_id]
-    raise PlanError(f"%{node_id}: the plan gives this value no bytes")
-
-
 def _check_placement(graph: Graph, plan: object, aliasing: Aliasing) -> None:
     for node in graph.nodes:
-        segment, offset = _where(plan, node.id)
+        segment, offset = plan.locate(node.id)
         top = plan.arena_size if segment == "arena" else plan.constant_size
         if offset < 0 or offset + node.nbytes > top:
             raise PlanError(
@@ -63,7 +55,7 @@ def _check_placement(graph: Graph, plan: object, aliasing: Aliasing) -> None:
                 f"{segment} of {top} bytes"
             )
         alias = aliasing.of(node.id)
-        if alias is not None and _where(plan, alias.source) != (segment, offset - alias.offset):
+        if alias is not None and plan.locate(alias.source) != (segment, offset - alias.offset):
             raise PlanError(
                 f"{describe(node)}: planned at {segment}+{offset}, but it is a {alias.kind} "
                 f"of %{alias.source} at +{alias.offset}"
@@ -85,7 +77,7 @@ def _check_versions(graph: Graph, plan: object, aliasing: Aliasing, live: object
             writer[node_id] = writer[alias.source]
             continue
         writer[node_id] = node_id
-        for segment, low, high in written_ranges(graph, node, lambda i: _where(plan, i)):
+        for segment, low, high in written_ranges(graph, node, plan.locate):
             writes[segment].append((written[node_id], low, high, node_id))
     for segment_writes in writes.values():
         segment_writes.sort()
@@ -94,7 +86,7 @@ def _check_versions(graph: Graph, plan: object, aliasing: Aliasing, live: object
         born, dies = written[writer[node.id]], last_use[node.id]
         if not node.nbytes or dies <= born:
             continue
-        segment, low = _where(plan, node.id)
+        segment, low = plan.locate(node.id)
         high = low + node.nbytes
         segment_writes = writes[segment]
         first = bisect.bisect_right(starts[segment], born)

@@ -66,6 +66,15 @@ class MemoryPlan:
         """arena / lower bound (1.0 is optimal for this schedule)."""
         return self.arena_size / self.lower_bound if self.lower_bound else 1.0
 
+    def locate(self, node_id: int) -> tuple[str, int]:
+        """Where node `node_id`'s bytes start: ("arena", offset) or ("constants", offset).
+        PlanError when the plan gives the node no bytes."""
+        if node_id in self.offsets:
+            return "arena", self.offsets[node_id]
+        if node_id in self.constant_offsets:
+            return "constants", self.constant_offsets[node_id]
+        raise PlanError(f"%{node_id}: the plan gives this value no bytes")
+
     @property
     def peak_step(self) -> int:
         """The first schedule step with the most live bytes."""

@@ -47,10 +47,6 @@ def replay(graph: Graph, plan: object, aliasing: Aliasing) -> None:
             raise PlanError(f"{describe(graph.node(node_id))}: the plan gives it no bytes")
         return segment, offset, offset + graph.node(node_id).nbytes
 
-    def locate(node_id: int) -> tuple[str, int]:
-        segment, low, _ = place(node_id)
-        return ("arena" if segment is memory["arena"] else "constants"), low
-
     def read(reader: str, node_id: int) -> None:
         segment, low, high = place(node_id)
         stamp = holder[node_id]
@@ -87,7 +83,7 @@ def replay(graph: Graph, plan: object, aliasing: Aliasing) -> None:
         for i in node.inputs:
             read(describe(node), i)
         segment, low, high = place(node_id)
-        ranges = [(lo, hi) for _, lo, hi in written_ranges(graph, node, locate)]
+        ranges = [(lo, hi) for _, lo, hi in written_ranges(graph, node, plan.locate)]
         # An operand sharing the written bytes must be read with the same element
         # mapping, or the result would depend on the kernel's element order.
         for i in node.inputs:

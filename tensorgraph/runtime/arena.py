@@ -105,12 +105,6 @@ class _Memory:
             raw[low - start : high - start] = flat[low - start : high - start]
 
 
-def _locate(plan: MemoryPlan, node_id: int) -> tuple[str, int]:
-    if node_id in plan.offsets:
-        return "arena", plan.offsets[node_id]
-    return "constants", plan.constant_offsets.get(node_id, -1)
-
-
 def _check_overlaps(
     graph: Graph, plan: MemoryPlan, node: Node, ranges: list[tuple[str, int, int]]
 ) -> None:
@@ -189,7 +183,7 @@ def run_arena(
         alias = aliasing.of(node_id)
         if not OPS[node.op].boundary and (alias is None or alias.kind != "view"):
             memory.at(node)  # bounds first: the clearer message for a misplaced value
-            ranges = written_ranges(graph, node, lambda i: _locate(plan, i))
+            ranges = written_ranges(graph, node, plan.locate)
             _check_overlaps(graph, plan, node, ranges)
             if node_id in plan.liveness.workspace:
                 _poison(graph, plan, memory, WorkspaceId(node_id))
