@@ -137,12 +137,35 @@ def _rope_tables(node: Node, length: int) -> tuple[mx.array, mx.array]:
     return _ROPE_TABLES[key]
 
 
-def _rope_composite(node: Node, x: mx.array) -> mx.array:
+_INVERSE_FREQUENCIES: dict[tuple[int, float], mx.array] = {}
+
+
+def _rope_tables_at(node: Node, length: int, offset: mx.array) -> tuple[mx.array, mx.array]:
+    """The cos and sin tables of `_rope_tables` for a run-time offset (an integer array
+    of one element): computed on the device at every call, in the same float32 steps
+    (so equal, bit for bit, to the table of the same int offset). Only the inverse
+    frequencies, which do not depend on the offset, are computed once and kept."""
+    dims, base = node.attr("dims"), node.attr("base")
+    inv_freq = _INVERSE_FREQUENCIES.get((dims, base))
+    if inv_freq is None:
+        inv_freq = base ** (-mx.arange(0, dims, 2, dtype=mx.float32) / dims)
+        mx.eval(inv_freq)
+        _INVERSE_FREQUENCIES[dims, base] = inv_freq
+    positions = mx.arange(length, dtype=mx.float32) + offset.reshape(()).astype(mx.float32)
+    angles = (positions * node.attr("scale"))[:, None] * inv_freq[None, :]
+    return mx.cos(angles), mx.sin(angles)
+
+
+def _rope_composite(node: Node, x: mx.array, offset: mx.array | None) -> mx.array:
     """`mx.fast.rope` written out in float32: features [0, dims) rotate by angle
     (offset + l) * scale * base^(-2i/dims), as halves (or adjacent pairs when
-    traditional); features from dims on pass through."""
+    traditional); features from dims on pass through. `offset`: the run-time offset
+    operand, or None for the attribute's."""
     dims = node.attr("dims")
-    cos, sin = _rope_tables(node, x.shape[-2])
+    if offset is None:
+        cos, sin = _rope_tables(node, x.shape[-2])
+    else:
+        cos, sin = _rope_tables_at(node, x.shape[-2], offset)
     wide = x.astype(mx.float32)
     rotated, rest = wide[..., :dims], wide[..., dims:]
     if node.attr("traditional"):
@@ -159,8 +182,9 @@ def _rope_composite(node: Node, x: mx.array) -> mx.array:
 
 def _rope(node: Node, args: list[mx.array]) -> mx.array:
     x = args[0]
+    offset = args[1] if len(args) == 2 else None
     if _composite():
-        return _rope_composite(node, x)
+        return _rope_composite(node, x, offset)
     shape = x.shape
     if x.ndim < 3:
         x = x.reshape(1, *shape)
@@ -170,7 +194,7 @@ def _rope(node: Node, args: list[mx.array]) -> mx.array:
         traditional=node.attr("traditional"),
         base=node.attr("base"),
         scale=node.attr("scale"),
-        offset=node.attr("offset"),
+        offset=node.attr("offset") if offset is None else offset.reshape(()),
     )
     return y.reshape(shape)
 

@@ -149,9 +149,9 @@ register(
     OpDef(
         "slice_update",
         2,
-        2,
+        3,  # target, update[, start]: a run-time start is a third operand and attr start 0
         infer_slice_update,
-        {"axis": AttrSpec("int"), "start": AttrSpec("int")},
+        {"axis": AttrSpec("int"), "start": AttrSpec("int", 0)},
         category="update",
     )
 )
