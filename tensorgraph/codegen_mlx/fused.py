@@ -138,22 +138,43 @@ def _rope_tables(node: Node, length: int) -> tuple[mx.array, mx.array]:
 
 
 _INVERSE_FREQUENCIES: dict[tuple[int, float], mx.array] = {}
+# Tables of a run-time offset, per offset array: (offset, cos, sin) by (id(offset), dims,
+# base, scale, length). The rope ops of one model (2 per layer) get the same offset array
+# from the executor, so they share one table computation in a trace. Each entry holds
+# its offset array, so the id cannot be reused while the entry lives; the identity
+# check makes a stale entry (another trace's array) a miss.
+_RUN_TIME_TABLES: OrderedDict[tuple, tuple[mx.array, mx.array, mx.array]] = OrderedDict()
+RUN_TIME_TABLES_KEPT = 16
 
 
-def _rope_tables_at(node: Node, length: int, offset: mx.array) -> tuple[mx.array, mx.array]:
-    """The cos and sin tables of `_rope_tables` for a run-time offset (an integer array
-    of one element): computed on the device at every call, in the same float32 steps
-    (so equal, bit for bit, to the table of the same int offset). Only the inverse
-    frequencies, which do not depend on the offset, are computed once and kept."""
-    dims, base = node.attr("dims"), node.attr("base")
+def _inverse_frequencies(dims: int, base: float) -> mx.array:
+    """base^(-2i/dims), i < dims/2, float32, computed once per (dims, base)."""
     inv_freq = _INVERSE_FREQUENCIES.get((dims, base))
     if inv_freq is None:
         inv_freq = base ** (-mx.arange(0, dims, 2, dtype=mx.float32) / dims)
         mx.eval(inv_freq)
         _INVERSE_FREQUENCIES[dims, base] = inv_freq
+    return inv_freq
+
+
+def _rope_tables_at(node: Node, length: int, offset: mx.array) -> tuple[mx.array, mx.array]:
+    """The cos and sin tables of `_rope_tables` for a run-time offset (an integer array
+    of one element), computed on the device in the same float32 steps (so equal, bit
+    for bit, to the table of the same int offset): once per offset array and table
+    (see _RUN_TIME_TABLES), not once per rope op."""
+    dims, base, scale = node.attr("dims"), node.attr("base"), node.attr("scale")
+    key = (id(offset), dims, base, scale, length)
+    kept = _RUN_TIME_TABLES.get(key)
+    if kept is not None and kept[0] is offset:
+        _RUN_TIME_TABLES.move_to_end(key)
+        return kept[1], kept[2]
     positions = mx.arange(length, dtype=mx.float32) + offset.reshape(()).astype(mx.float32)
-    angles = (positions * node.attr("scale"))[:, None] * inv_freq[None, :]
-    return mx.cos(angles), mx.sin(angles)
+    angles = (positions * scale)[:, None] * _inverse_frequencies(dims, base)[None, :]
+    cos, sin = mx.cos(angles), mx.sin(angles)
+    _RUN_TIME_TABLES[key] = (offset, cos, sin)
+    if len(_RUN_TIME_TABLES) > RUN_TIME_TABLES_KEPT:
+        _RUN_TIME_TABLES.popitem(last=False)
+    return cos, sin
 
 
 def _rope_composite(node: Node, x: mx.array, offset: mx.array | None) -> mx.array:
