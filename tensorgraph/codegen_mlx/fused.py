@@ -140,9 +140,9 @@ def _rope_tables(node: Node, length: int) -> tuple[mx.array, mx.array]:
 _INVERSE_FREQUENCIES: dict[tuple[int, float], mx.array] = {}
 # Tables of a run-time offset, per offset array: (offset, cos, sin) by (id(offset), dims,
 # base, scale, length). The rope ops of one model (2 per layer) get the same offset array
-# from the executor, so they share one table computation in a trace. Each entry holds
-# its offset array, so the id cannot be reused while the entry lives; the identity
-# check makes a stale entry (another trace's array) a miss.
+# from the executor, so they share one table computation in a trace (or an eager run).
+# Each entry holds its offset array, so no other array can have that id while the entry
+# lives: a hit is always the same (immutable) array, whose tables these are.
 _RUN_TIME_TABLES: OrderedDict[tuple, tuple[mx.array, mx.array, mx.array]] = OrderedDict()
 RUN_TIME_TABLES_KEPT = 16
 
@@ -165,7 +165,7 @@ def _rope_tables_at(node: Node, length: int, offset: mx.array) -> tuple[mx.array
     dims, base, scale = node.attr("dims"), node.attr("base"), node.attr("scale")
     key = (id(offset), dims, base, scale, length)
     kept = _RUN_TIME_TABLES.get(key)
-    if kept is not None and kept[0] is offset:
+    if kept is not None:
         _RUN_TIME_TABLES.move_to_end(key)
         return kept[1], kept[2]
     positions = mx.arange(length, dtype=mx.float32) + offset.reshape(()).astype(mx.float32)

@@ -186,10 +186,10 @@ def infer_rope(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     x = xs[0]
     _float(x, "rope")
     if len(xs) == 2:
-        check_position(xs[1], "rope")
+        check_position(xs[1])
         if attrs["offset"] != 0:
             raise ShapeError(
-                f"rope: offset {attrs['offset']} given beside the run-time offset "
+                f"offset {attrs['offset']} given beside the run-time offset "
                 f"{xs[1].label} (the attribute must be 0 when the offset is an operand)"
             )
     dims = attrs["dims"]

@@ -273,15 +273,15 @@ def infer_gather(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     return indices.shape, x.dtype
 
 
-def check_position(position: Operand, op: str) -> None:
+def check_position(position: Operand) -> None:
     """A run-time position (slice_update's start, rope's offset): an int32 or int64
     scalar of shape () or (1,); DTypeError/ShapeError naming it otherwise."""
     if position.dtype not in (int32, int64):
         raise DTypeError(
-            f"{op}: the position {position.label} is {position.dtype}; it must be int32 or int64"
+            f"the position {position.label} is {position.dtype}; it must be int32 or int64"
         )
     if position.shape not in ((), (1,)):
-        raise ShapeError(f"{op}: the position {position} must have shape () or (1,)")
+        raise ShapeError(f"the position {position} must have shape () or (1,)")
 
 
 def infer_slice_update(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
@@ -297,23 +297,20 @@ def infer_slice_update(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DT
         u == t for i, (u, t) in enumerate(zip(update.shape, target.shape, strict=True)) if i != axis
     )
     if len(xs) == 3:
-        check_position(xs[2], "slice_update")
+        check_position(xs[2])
         if start != 0:
             raise ShapeError(
-                f"slice_update: start {start} given beside the run-time start {xs[2].label} "
+                f"start {start} given beside the run-time start {xs[2].label} "
                 "(the attribute must be 0 when the start is an operand)"
             )
         if not fits or update.shape[axis] > target.shape[axis]:
             raise ShapeError(
-                f"slice_update: {update} does not fit {target} at axis {axis} "
-                f"(start {xs[2].label} at run time)"
+                f"{update} does not fit {target} at axis {axis} (start {xs[2].label} at run time)"
             )
     elif not fits or start < 0 or start + update.shape[axis] > target.shape[axis]:
-        raise ShapeError(
-            f"slice_update: {update} does not fit {target} at axis {axis} start {start}"
-        )
+        raise ShapeError(f"{update} does not fit {target} at axis {axis} start {start}")
     if update.dtype != target.dtype:
-        raise DTypeError(f"slice_update: {update.label} is {update.dtype}, target {target.dtype}")
+        raise DTypeError(f"{update.label} is {update.dtype}, target {target.dtype}")
     return target.shape, target.dtype
 
 
