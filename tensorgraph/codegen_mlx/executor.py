@@ -123,7 +123,10 @@ def _boundary_values(
         if node.id not in cache:
             cache[node.id] = to_mx(constant_value(node))
         values[node.id] = cache[node.id]
-    for node_id, feed in feeds.items():
+    for node_id in list(feeds):
+        # consumed: a state's array must have no other reference left, so that MLX can
+        # donate its buffer to the state's in-place update
+        feed = feeds.pop(node_id)
         if feed is bound.get(node_id):
             if node_id not in cache:
                 cache[node_id] = to_mx(feed)
