@@ -142,6 +142,9 @@ def from_torch_generation(
 
 
 def _export(wrapper: _StaticCacheLM, name: str, kwargs: dict[str, torch.Tensor]) -> tg.Graph:
+    # Strict (dynamo) export, as transformers' recipe does: torch 2.13's non-strict export
+    # of this program fails later, in run_decompositions ("expected compiled_fn to be
+    # GraphModule"), and its pre-dispatch signature lists no buffer mutations.
     try:
         with torch.no_grad():
             program = torch.export.export(wrapper, (), kwargs, strict=True)
