@@ -14,8 +14,11 @@ import tensorgraph as tg
 from tensorgraph.codegen_mlx.guards import guarded_nodes
 from tensorgraph.ir.dtypes import as_dtype
 from tensorgraph.ir.updates import index_update
+from tests.ir.op_cases import Case, case_adder, check_case
 
 BACKENDS = ("numpy", "arena", "mlx")
+CASES: list[Case] = []  # the op table's cases (tests/ir/test_ops.py runs them all)
+case = case_adder(CASES)
 
 
 def loop_oracle(target: np.ndarray, update: np.ndarray, index: list[int], axis: int):
@@ -53,6 +56,23 @@ def build(target: np.ndarray, update: np.ndarray, index: np.ndarray, axis: int, 
     i = g.input("i", index.shape, as_dtype(index.dtype.name))
     g.output(index_update(t + t if computed else t, u, i, axis))
     return g
+
+
+_T, _U = np.arange(24, dtype=np.float32).reshape(2, 4, 3), -np.ones((2, 2, 3), np.float32)
+# rows 3 and 0 of axis 1 become -1; the rest keep arange's values
+case(
+    "index_update",
+    "axis1",
+    (_T, _U),
+    lambda t, u: index_update(t, u, t.graph.constant(np.array([3, 0], np.int64)), 1),
+    tg.float32,
+    lambda t, u: np.where(np.isin(np.arange(4), [3, 0])[None, :, None], -1.0, t),
+)
+
+
+@pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
+def test_table_case(c: Case) -> None:
+    check_case(c)
 
 
 @given(update_cases())
