@@ -112,9 +112,10 @@ def from_torch_generation(
 ) -> dict[str, tg.Graph]:
     """Graphs "prefill{L}" (one per bucket L) and "decode" of a transformers causal LM
     (e.g. LlamaForCausalLM), sharing a static KV cache of `max_seq` positions as states;
-    see the module docstring for each entry's inputs and output. The model's weights are
-    bound params (the same in every entry). GraphError for a bucket outside [1, max_seq],
-    a cache with sliding-window layers, or a failed export/import (naming the entry)."""
+    see the module docstring for each entry's inputs and output. The model is put in
+    eval mode; its weights are bound params (the same in every entry). GraphError for a
+    bucket outside [1, max_seq], a cache with sliding-window layers, or a failed
+    export/import (naming the entry)."""
     if max_seq < 1 or batch < 1:
         raise GraphError(f"from_torch_generation: max_seq {max_seq} and batch {batch} must be >= 1")
     buckets = sorted(set(int(b) for b in prompt_buckets))
