@@ -168,3 +168,11 @@ def test_buckets_must_fit_the_cache(llama) -> None:
     model, _ = llama
     with pytest.raises(tg.GraphError, match=r"prompt buckets \[8, 128\] .* max_seq=64"):
         from_torch_generation(model, max_seq=MAX_SEQ, prompt_buckets=(8, 128))
+
+
+def test_the_saved_program_generates_the_same_tokens(llama, tmp_path) -> None:
+    _, multi = llama
+    multi.save(tmp_path / "llama.tgp")
+    loaded = tg.load(tmp_path / "llama.tgp")
+    prompt = [5, 9, 11]
+    assert greedy(loaded, "mlx", prompt, 6) == greedy(multi, "mlx", prompt, 6)
