@@ -273,3 +273,4 @@ register(
         category="pool",
     )
 )
+from tensorgraph.ir import updates  # noqa: E402, F401  (registers index_update)
