@@ -176,3 +176,15 @@ def test_the_saved_program_generates_the_same_tokens(llama, tmp_path) -> None:
     loaded = tg.load(tmp_path / "llama.tgp")
     prompt = [5, 9, 11]
     assert greedy(loaded, "mlx", prompt, 6) == greedy(multi, "mlx", prompt, 6)
+
+
+def test_cache_writes_are_planned_in_place(llama) -> None:
+    """index_update over a cache state is an in-place update: no entry copies a key or
+    value cache (only the 0-d length counters may be copied in)."""
+    from tensorgraph.planner.report import copied_states
+
+    _, multi = llama
+    for program in multi.entries.values():
+        copied = copied_states(program.plan, program.graph)
+        assert all("cache" not in name for name in copied), copied
+        assert sum("cache" in n for n in program.graph.state_updates) == 2 * LAYERS
