@@ -286,7 +286,9 @@ def run_mlx(
         cache["feed-nodes"] = feed_nodes(graph)
     feeds = bind_feeds(graph, inputs, params, native_dtype, cache["feed-nodes"])
     native = any(isinstance(v, mx.array) for v in feeds.values())
-    handed = _hand_over(graph, state, feeds)
+    if "states" not in cache:
+        cache["states"] = tuple(graph.states)
+    handed = _hand_over(cache["states"], state, feeds)
     try:
         return _run(program, mode, target, feeds, native, stats, state)
     except Exception as err:
@@ -297,17 +299,17 @@ def run_mlx(
         raise
 
 
-def _hand_over(graph: Graph, state: object | None, feeds: dict[int, object]) -> list[str]:
-    """Move every state's array from `state` into `feeds` (node id -> array): the call
-    then holds the only reference. The names moved. Without a `state`, states read
-    zeros and their updates are dropped."""
+def _hand_over(states: Sequence[Node], state: object | None, feeds: dict[int, object]) -> list[str]:
+    """Move the array of every state node of `states` from `state` into `feeds` (node
+    id -> array): the call then holds the only reference. The names moved. Without a
+    `state`, states read zeros and their updates are dropped."""
     if state is None:
-        for node in graph.states:
-            feeds[node.id] = mx.zeros(node.shape, to_mx(np.zeros((), node.dtype.to_numpy())).dtype)
+        for node in states:
+            feeds[node.id] = to_mx(np.zeros(node.shape, node.dtype.to_numpy()))
         return []
-    for node in graph.states:
+    for node in states:
         feeds[node.id] = state.values.pop(node.name)
-    return [n.name for n in graph.states]
+    return [n.name for n in states]
 
 
 def _run(
