@@ -1,4 +1,4 @@
-"""The `tensorgraph` command: models, compile, run, plan-csv and demo.
+"""The `tensorgraph` command: models, compile, run, plan-csv, generate and demo.
 
 Exit codes: 0 success, 1 a failed numeric check, 2 bad usage. Bad usage is reported in
 one line on stderr (`tensorgraph: error: ...`, or `tensorgraph: PlanError: ...` for a
@@ -414,6 +414,89 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if check.ok else 1
 
 
+GENERATE_MODELS = ("llama", "hf-llama")
+
+
+def _buckets(text: str) -> tuple[int, ...]:
+    """Prefill buckets: comma-separated positive ints, e.g. 32,128,512."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expects comma-separated positive ints (e.g. 32,128,512) but got {text!r}"
+        )
+    return tuple(sorted(set(values)))
+
+
+def _generation_entries(args: argparse.Namespace) -> tuple[dict, object, dict]:
+    """(entries, the zoo LlamaConfig, its weights) for `generate`'s MODEL."""
+    from tensorgraph.models.generation import llama_generation, llama_weights
+    from tensorgraph.models.llama import LlamaConfig
+
+    if args.model == "hf-llama":
+        raise UsageError(
+            "hf-llama needs tensorgraph.importers.generation.from_torch_generation, which "
+            "this build does not have yet; use MODEL llama"
+        )
+    config = LlamaConfig()
+    entries = llama_generation(config, max_seq=args.max_seq, buckets=args.buckets, seed=args.seed)
+    return entries, config, llama_weights(config, args.seed)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Greedy generation with a multi-entry program (prefill buckets + decode sharing
+    weights, KV-cache state and one arena), checked token for token against the plain
+    NumPy reference loop. Lengths are checked before anything is compiled."""
+    from tensorgraph.models.generation import choose_bucket, generate, reference_generate
+    from tensorgraph.planner.report import human
+
+    fitting = tuple(b for b in args.buckets if b <= args.max_seq)
+    if not fitting:
+        raise UsageError(f"no bucket of {list(args.buckets)} fits --max-seq {args.max_seq}")
+    choose_bucket(fitting, args.max_seq, args.prompt_len, args.tokens)  # before compiling
+    began = time.perf_counter()
+    entries, config, weights = _generation_entries(args)
+    program = compile(entries)
+    print(
+        f"{args.model}: entries {', '.join(entries)} (max_seq {args.max_seq}) compiled in "
+        f"{time.perf_counter() - began:.2f} s"
+    )
+    prompt = np.random.default_rng(args.seed).integers(0, config.vocab, args.prompt_len)
+    if args.backend == "mlx":  # the first calls trace each entry: not what tok/s measures
+        generate(program, prompt, args.tokens, backend=args.backend)
+    result = generate(program, prompt, args.tokens, backend=args.backend)
+    print(f"prompt: {args.prompt_len} tokens (seed {args.seed}), prefill bucket {result.bucket}")
+    print("tokens: " + " ".join(str(t) for t in result.tokens[0]))
+    decode_rate = result.decode_tokens_per_second
+    decode = "no decode step" if result.decode_steps == 0 else f"{decode_rate:.1f} tokens/s"
+    print(
+        f"prefill: {result.prefill_tokens_per_second:.1f} tokens/s "
+        f"({result.prefill_seconds * 1000:.1f} ms); decode: {decode} "
+        f"({result.decode_steps} steps, {result.decode_seconds * 1000:.1f} ms) on {args.backend}"
+    )
+    memory = result.memory
+    print(
+        "memory per entry (arena): "
+        + ", ".join(f"{name} {human(size)}" for name, size in memory.entries.items())
+    )
+    print(
+        f"memory shared: weights {human(memory.weights)}, state {human(memory.state)}, "
+        f"arena max {human(memory.arena)}, total {human(memory.total)}"
+    )
+    expected = reference_generate(config, weights, prompt, args.tokens).tokens
+    if not np.array_equal(result.tokens, expected):
+        step = int(np.argmax((result.tokens != expected).any(axis=0)))
+        print(
+            f"tokens match the NumPy reference: NO (first difference at new token {step}: "
+            f"{result.tokens[:, step].tolist()} vs {expected[:, step].tolist()})"
+        )
+        return 1
+    print("tokens match the NumPy reference: yes")
+    return 0
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -590,6 +673,49 @@ def parser() -> argparse.ArgumentParser:
     )
     csv_cmd.add_argument("--out", metavar="FILE", help="write id,lower,upper,size,offset")
     csv_cmd.set_defaults(run=cmd_plan_csv)
+
+    gen = commands.add_parser(
+        "generate",
+        help="greedy generation with a KV cache, checked against NumPy",
+        description="Compile prefill buckets and a decode step into one program sharing "
+        "weights, KV-cache state and one arena; generate greedily; check the token ids "
+        "against a plain NumPy reference loop.",
+    )
+    gen.add_argument(
+        "model",
+        choices=GENERATE_MODELS,
+        metavar="MODEL",
+        help="llama (the zoo Llama, default config) or hf-llama (transformers LlamaForCausalLM)",
+    )
+    gen.add_argument(
+        "--prompt-len",
+        type=_positive_int,
+        default=16,
+        metavar="N",
+        help="prompt length in tokens (random ids from --seed)",
+    )
+    gen.add_argument(
+        "--tokens", type=_positive_int, default=16, metavar="M", help="new tokens to generate"
+    )
+    gen.add_argument("--backend", choices=BACKENDS, default="mlx", help="executor")
+    gen.add_argument(
+        "--buckets",
+        type=_buckets,
+        default=(32, 128, 512),
+        metavar="L,L,...",
+        help="prefill prompt-length buckets (default: 32,128,512)",
+    )
+    gen.add_argument(
+        "--max-seq",
+        type=_positive_int,
+        default=512,
+        metavar="S",
+        help="KV-cache length: prompt + new tokens must fit",
+    )
+    gen.add_argument(
+        "--seed", type=_seed, default=0, help="seed of weights and prompt, an int >= 0"
+    )
+    gen.set_defaults(run=cmd_generate)
 
     demo = commands.add_parser(
         "demo",

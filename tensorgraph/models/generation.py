@@ -47,6 +47,7 @@ __all__ = [
     "GenerationMemory",
     "GenerationResult",
     "ReferenceGeneration",
+    "choose_bucket",
     "decode_graph",
     "generate",
     "generation_layout",
@@ -248,24 +249,30 @@ class GenerationLayout:
     vocab: int
 
     def bucket_for(self, prompt_length: int, new_tokens: int) -> int:
-        """The smallest bucket >= prompt_length. RunError, naming both numbers, when the
-        prompt is empty or longer than the largest bucket, when new_tokens < 1, or when
-        prompt_length + new_tokens is past max_seq."""
-        if prompt_length < 1:
-            raise RunError(f"the prompt is empty (length {prompt_length}); it needs >= 1 token")
-        if new_tokens < 1:
-            raise RunError(f"tokens {new_tokens}: generation makes at least 1 new token")
-        if prompt_length > self.buckets[-1]:
-            raise RunError(
-                f"prompt length {prompt_length} is longer than the largest prefill bucket "
-                f"{self.buckets[-1]} (buckets {list(self.buckets)})"
-            )
-        if prompt_length + new_tokens > self.max_seq:
-            raise RunError(
-                f"prompt length {prompt_length} + {new_tokens} new tokens = "
-                f"{prompt_length + new_tokens} is past the cache length max_seq {self.max_seq}"
-            )
-        return next(b for b in self.buckets if b >= prompt_length)
+        """`choose_bucket` for this program's buckets and max_seq."""
+        return choose_bucket(self.buckets, self.max_seq, prompt_length, new_tokens)
+
+
+def choose_bucket(buckets: Sequence[int], max_seq: int, prompt_length: int, new_tokens: int) -> int:
+    """The smallest of `buckets` >= prompt_length. RunError, naming both numbers, when the
+    prompt is empty or longer than the largest bucket, when new_tokens < 1, or when
+    prompt_length + new_tokens is past max_seq."""
+    largest = max(buckets)
+    if prompt_length < 1:
+        raise RunError(f"the prompt is empty (length {prompt_length}); it needs >= 1 token")
+    if new_tokens < 1:
+        raise RunError(f"tokens {new_tokens}: generation makes at least 1 new token")
+    if prompt_length > largest:
+        raise RunError(
+            f"prompt length {prompt_length} is longer than the largest prefill bucket "
+            f"{largest} (buckets {sorted(buckets)})"
+        )
+    if prompt_length + new_tokens > max_seq:
+        raise RunError(
+            f"prompt length {prompt_length} + {new_tokens} new tokens = "
+            f"{prompt_length + new_tokens} is past the cache length max_seq {max_seq}"
+        )
+    return min(b for b in buckets if b >= prompt_length)
 
 
 def generation_layout(program: object) -> GenerationLayout:
