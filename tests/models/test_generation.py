@@ -121,9 +121,10 @@ def test_entries_names_shapes_and_shared_weights() -> None:
         assert states == {f"{kv}{i}": (2, 2, 40, 8) for kv in "kv" for i in range(2)}
         assert set(graph.state_updates) == set(states)
     program = tg.compile(entries)
-    # weights once: embed 20x16, per layer 4 16x16 + 2 of 16 + 2 16x24 + 24x16, norm 16,
-    # lm_head 16x20, all float32
-    per_layer = 4 * 16 * 16 + 2 * 16 + 3 * 16 * 24
+    # weights once: embed 20x16, per layer 4 of 16x16 and 3 of 16x24, lm_head 16x20, and
+    # the norm scales (2 per layer + the final one, all ones of (16,)): equal arrays,
+    # stored once whatever their names; float32. Each array is aligned to 64 bytes.
+    per_layer = 4 * 16 * 16 + 3 * 16 * 24
     weight_bytes = 4 * (20 * 16 + 2 * per_layer + 16 + 16 * 20)
     assert weight_bytes <= program.constant_size < weight_bytes + 64 * len(weights)
     state_bytes = 4 * 2 * 2 * 40 * 8  # one cache
