@@ -140,12 +140,15 @@ from tensorgraph.ir.math_functions import (
     tan,
     trunc,
 )
+from tensorgraph.multi import MultiProgram, compile_entries
+from tensorgraph.runtime.state import State
 
 __version__ = "0.1.0"
 
 
-def load(path: str) -> Program:
-    """A program saved with `Program.save`, ready to run without recompiling (LoadError
+def load(path: str) -> Program | MultiProgram:
+    """A program saved with `Program.save` (or `MultiProgram.save`), ready to run
+    without recompiling (LoadError
     naming the file and the problem when it cannot be read)."""
     from tensorgraph.program_io import load as _load
 

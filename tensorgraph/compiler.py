@@ -18,6 +18,7 @@ after every rewrite and replays the plan byte by byte.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 
 from attrs import field, frozen
@@ -96,29 +97,47 @@ class Program:
         inputs: Mapping[str, object],
         params: Mapping[str, object] | None = None,
         backend: str = "mlx",
+        *,
+        state: object | None = None,
         **options: object,
     ) -> list:
-        """Outputs in the graph's output order for `inputs` and `params` (bound params
-        need not be given). NumPy arrays in give NumPy arrays out; on the MLX backend,
+        """Outputs in the graph's output order (`graph.returned`: state updates are
+        committed, not returned) for `inputs` and `params` (bound params need not be
+        given). A graph with states reads and updates `state` (a `State` from
+        `new_state(backend)`; None: the program's own, `state(backend)`), see
+        tensorgraph/runtime/calls.py. NumPy arrays in give NumPy arrays out; on the MLX backend,
         any mx.array feed gives mx.array outputs that stay on the device (mx.array feeds
         are checked as strictly as NumPy ones). RunError names a missing, extra or
         mistyped input; `backend` is one of BACKENDS. `options` go to the backend; the
         MLX backend's are `mode` ("auto", "eager", "compiled"), `device` ("cpu", "gpu")
         and `stats` (record a RunStats for `tensorgraph.codegen_mlx.last_run(prog)`):
         see tensorgraph/codegen_mlx/executor.py."""
-        if backend == "numpy":
-            from tensorgraph.runtime.reference import run_reference
+        from tensorgraph.runtime.calls import call
 
-            return run_reference(self.graph, inputs, params, **options)
-        if backend == "arena":
-            from tensorgraph.runtime.arena import run_arena
+        if backend not in BACKENDS:
+            raise RunError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        return call(self, inputs, params, backend, state, options)
 
-            return run_arena(self.graph, self.plan, inputs, params, **options)
-        if backend == "mlx":
-            from tensorgraph.codegen_mlx import run_mlx
+    def new_state(self, backend: str = "mlx") -> object:
+        """A fresh `State` (every state zeros) of this program for `backend`."""
+        from tensorgraph.runtime.state import State, state_specs
 
-            return run_mlx(self, inputs, params, **options)
-        raise RunError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        return State(
+            state_specs([self.graph]), self.plan.state_layout, self.plan.state_size, backend
+        )
+
+    def state(self, backend: str = "mlx") -> object:
+        """The program's own `State` for `backend`: what `run` uses when given none,
+        kept across calls (zeros at first)."""
+        states = _DEFAULT_STATES.setdefault(self, {})
+        if backend not in states:
+            states[backend] = self.new_state(backend)
+        return states[backend]
+
+    def reset_state(self) -> None:
+        """Every state of the program's own States back to zeros."""
+        for state in _DEFAULT_STATES.get(self, {}).values():
+            state.reset()
 
     def report(self) -> str:
         """The pass statistics and the memory plan's report, as text."""
@@ -138,6 +157,10 @@ class Program:
             f"<Program {self.graph.name!r}: {len(self.graph)} nodes, "
             f"arena {self.plan.arena_size} B, lower bound {self.plan.lower_bound} B>"
         )
+
+
+# A program's own States (one per backend), kept outside the frozen Program.
+_DEFAULT_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _check_options(options: CompileOptions) -> None:
@@ -240,7 +263,7 @@ def _analysis_stats(
 
 
 def compile(
-    graph: Graph,
+    graph: Graph | Mapping[str, Graph],
     passes: Sequence[str] = DEFAULT_PASSES,
     planner: str = "best",
     alignment: int = 64,
@@ -252,8 +275,11 @@ def compile(
     params_in_arena: bool = False,
     tail_guard: int = 0,
     debug: bool | None = None,
+    states: tuple[Mapping[str, int], int] | None = None,
 ) -> Program:
     """Compile `graph` into a `Program` (see the module docstring for the pipeline).
+    Given a dict of entry name -> Graph, compile them together into a `MultiProgram`
+    sharing weights, state region and arena (tensorgraph/multi.py).
 
     `passes` names the rewrites (dce, cse, fold) and alias analyses (view_alias,
     copy_elim, reinplace) to run, in any order (the compiler fixes theirs; repeats are ignored).
@@ -264,12 +290,30 @@ def compile(
     defaults); `time_limit` (seconds) optionally caps each search's wall clock.
     `params_in_arena` plans params and constants inside the arena instead of a separate
     constant segment; `tail_guard` adds that many bytes after every boundary buffer.
+    `states` is the state region's (layout, size) when compiling an entry of a
+    multi-entry program (None: this graph's own states).
     Raises GraphError on an unknown pass or an invalid graph, PlanError on a bad option
     or a plan that fails verification."""
     from tensorgraph.planner.plan import plan_memory
     from tensorgraph.planner.schedule import reorder
     from tensorgraph.planner.schedule import schedule as choose_order
 
+    if isinstance(graph, Mapping):
+        from tensorgraph.multi import compile_entries
+
+        return compile_entries(
+            graph,
+            passes=passes,
+            planner=planner,
+            alignment=alignment,
+            schedule=schedule,
+            schedule_budget=schedule_budget,
+            planner_budget=planner_budget,
+            time_limit=time_limit,
+            params_in_arena=params_in_arena,
+            tail_guard=tail_guard,
+            debug=debug,
+        )
     if not isinstance(graph, Graph):
         raise GraphError(f"compile needs a tensorgraph Graph but got {type(graph).__name__}")
     if isinstance(passes, str):
@@ -322,6 +366,7 @@ def compile(
         time_limit=time_limit,
         params_in_arena=params_in_arena,
         tail_guard=tail_guard,
+        states=states,
     )
     stats["plan"] = {"algorithm": planner, "cut_short": plan.cut_short}
     if debug:

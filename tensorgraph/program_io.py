@@ -5,9 +5,12 @@ flipped byte is caught) holding:
 
 - `program.json`: the format number, the graph (structure and constants, as
   `Graph.to_json` writes it, without bound weights), the order, the aliasing, the
-  compile options, the statistics, and the plan's buffer offsets and arena size;
+  compile options, the statistics, and the plan's buffer offsets, arena size and state
+  layout; a multi-entry program stores one such record per entry under `entries`,
+  plus the shared state layout;
 - `params/<k>.bin`: each bound param's raw bytes (row-major), listed in the JSON with
-  its name, dtype and shape.
+  its name, dtype and shape. An array bound in several entries (the shared weights of
+  a multi-entry program) is stored once and loaded once, shared again.
 
 Loading rebuilds the program without recompiling (no pass, no schedule, no search):
 the graph is verified, liveness is recomputed from (graph, order, aliasing), which is
@@ -48,28 +51,30 @@ def _jsonable(value: object) -> object:
     return value
 
 
-def save(program: object, path: str | os.PathLike) -> None:
-    """Write `program` to `path` (see the module docstring); the filesystem's OSError,
-    which names the path, when it cannot be written."""
+def _record(program: object, members: dict[int, str], blobs: list) -> dict[str, object]:
+    """The JSON record of one program; its bound params' bytes go to `blobs` once per
+    array (`members`: id(array) -> member name, shared across the records)."""
     from attrs import asdict
 
     graph = program.graph
-    structure = Graph.from_nodes(graph.name, graph.nodes, graph.outputs)
-    params, blobs = [], []
-    for k, (name, value) in enumerate(sorted(graph.param_values.items())):
-        array = np.ascontiguousarray(value)
+    structure = Graph.from_nodes(
+        graph.name, graph.nodes, graph.outputs, state_positions=graph.state_positions
+    )
+    params = []
+    for name, value in sorted(graph.param_values.items()):
+        if id(value) not in members:
+            members[id(value)] = f"params/{len(members)}.bin"
+            blobs.append((members[id(value)], np.ascontiguousarray(value).tobytes()))
         params.append(
             {
                 "name": name,
-                "dtype": str(as_dtype(array.dtype)),
-                "shape": list(array.shape),
-                "member": f"params/{k}.bin",
+                "dtype": str(as_dtype(value.dtype)),
+                "shape": list(value.shape),
+                "member": members[id(value)],
             }
         )
-        blobs.append((f"params/{k}.bin", array.tobytes()))
     plan = program.plan
-    document = {
-        "format": FORMAT,
+    return {
         "graph": json.loads(structure.to_json()),
         "order": list(program.order),
         "aliasing": program.aliasing.to_dict(),
@@ -80,9 +85,27 @@ def save(program: object, path: str | os.PathLike) -> None:
             "alignment": plan.alignment,
             "arena_size": plan.arena_size,
             "buffer_offsets": [[b, plan.buffer_offsets[b]] for b in plan.buffer_offsets],
+            "state_layout": dict(plan.state_layout),
+            "state_size": plan.state_size,
         },
         "params": params,
     }
+
+
+def save(program: object, path: str | os.PathLike) -> None:
+    """Write `program` (a Program or a MultiProgram) to `path` (see the module
+    docstring); the filesystem's OSError, which names the path, when it cannot be
+    written."""
+    members: dict[int, str] = {}
+    blobs: list[tuple[str, bytes]] = []
+    entries = getattr(program, "entries", None)
+    if entries is None:
+        document = {"format": FORMAT, **_record(program, members, blobs)}
+    else:
+        document = {
+            "format": FORMAT,
+            "entries": {name: _record(p, members, blobs) for name, p in entries.items()},
+        }
     target = Path(path)
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_STORED) as archive:
         archive.writestr(MANIFEST, json.dumps(document))
@@ -91,8 +114,9 @@ def save(program: object, path: str | os.PathLike) -> None:
 
 
 def load(path: str | os.PathLike) -> object:
-    """The program saved at `path`, ready to run (see the module docstring); LoadError
-    naming the file and the problem otherwise."""
+    """The program saved at `path` (a Program, or a MultiProgram when it was saved from
+    one), ready to run (see the module docstring); LoadError naming the file and the
+    problem otherwise."""
     where = Path(path)
     try:
         return _load(where)
@@ -107,13 +131,6 @@ def load(path: str | os.PathLike) -> object:
 
 
 def _load(where: Path) -> object:
-    from tensorgraph.compiler import CompileOptions, Program
-    from tensorgraph.planner.aliasing import Aliasing
-    from tensorgraph.planner.buffers import Assignment
-    from tensorgraph.planner.check import verify_plan
-    from tensorgraph.planner.liveness import analyze
-    from tensorgraph.planner.plan import assemble_plan
-
     if not where.is_file():
         raise LoadError(f"{where}: no such program file")
     with zipfile.ZipFile(where) as archive:
@@ -124,20 +141,49 @@ def _load(where: Path) -> object:
         if not isinstance(document, dict) or document.get("format") != FORMAT:
             found = document.get("format") if isinstance(document, dict) else None
             raise LoadError(f"{where}: not a tensorgraph program of format {FORMAT} ({found!r})")
-        graph = Graph.from_json(json.dumps(document["graph"]))
-        values = {}
-        for entry in document["params"]:
-            dtype = as_dtype(entry["dtype"])
-            shape = tuple(int(d) for d in entry["shape"])
-            data = archive.read(entry["member"])
-            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-            if len(data) != count * dtype.itemsize:
-                raise LoadError(
-                    f"{where}: param {entry['name']!r} has {len(data)} bytes, expected "
-                    f"{count * dtype.itemsize} for {dtype} {shape}"
-                )
-            values[entry["name"]] = np.frombuffer(data, dtype.to_numpy()).reshape(shape).copy()
-    graph = Graph.from_nodes(graph.name, graph.nodes, graph.outputs, values)
+        loaded: dict[str, np.ndarray] = {}  # member -> array, shared by the entries
+        if "entries" not in document:
+            return _program(where, archive, document, loaded)
+        from tensorgraph.multi import MultiProgram
+
+        entries = {
+            str(name): _program(where, archive, record, loaded)
+            for name, record in document["entries"].items()
+        }
+    return MultiProgram.assemble(entries)
+
+
+def _weight(where: Path, archive: zipfile.ZipFile, entry: dict, loaded: dict) -> np.ndarray:
+    dtype = as_dtype(entry["dtype"])
+    shape = tuple(int(d) for d in entry["shape"])
+    member = entry["member"]
+    if member not in loaded:
+        data = archive.read(member)
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if len(data) != count * dtype.itemsize:
+            raise LoadError(
+                f"{where}: param {entry['name']!r} has {len(data)} bytes, expected "
+                f"{count * dtype.itemsize} for {dtype} {shape}"
+            )
+        loaded[member] = np.frombuffer(data, dtype.to_numpy()).reshape(shape).copy()
+    value = loaded[member]
+    if value.shape != shape or value.dtype != dtype.to_numpy():
+        raise LoadError(f"{where}: param {entry['name']!r} does not match member {member!r}")
+    return value
+
+
+def _program(where: Path, archive: zipfile.ZipFile, document: dict, loaded: dict) -> object:
+    """One program from its record (see `_record`), verified."""
+    from tensorgraph.compiler import CompileOptions, Program
+    from tensorgraph.planner.aliasing import Aliasing
+    from tensorgraph.planner.buffers import Assignment
+    from tensorgraph.planner.check import verify_plan
+    from tensorgraph.planner.liveness import analyze
+    from tensorgraph.planner.plan import assemble_plan
+
+    graph = Graph.from_json(json.dumps(document["graph"]))
+    values = {e["name"]: _weight(where, archive, e, loaded) for e in document["params"]}
+    graph = Graph.from_nodes(graph.name, graph.nodes, graph.outputs, values, graph.state_positions)
     verify(graph)
     order = tuple(int(i) for i in document["order"])
     if order != tuple(n.id for n in graph.nodes):
@@ -156,8 +202,15 @@ def _load(where: Path) -> object:
     offsets = {int(b): int(o) for b, o in saved["buffer_offsets"]}
     top = max((offsets.get(b.id, 0) + b.size for b in liveness.buffers), default=0)
     assignment = Assignment(offsets, top)
+    layout = {str(k): int(v) for k, v in saved.get("state_layout", {}).items()}
     plan = assemble_plan(
-        graph, liveness, assignment, str(saved["algorithm"]), int(saved["alignment"]), aliasing
+        graph,
+        liveness,
+        assignment,
+        str(saved["algorithm"]),
+        int(saved["alignment"]),
+        aliasing,
+        states=(layout, int(saved.get("state_size", 0))),
     )
     if plan.arena_size != saved["arena_size"]:
         raise LoadError(

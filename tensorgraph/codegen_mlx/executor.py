@@ -37,13 +37,14 @@ import weakref
 from collections.abc import Mapping, Sequence
 
 import mlx.core as mx
+import numpy as np
 
 from tensorgraph.codegen_mlx.arrays import native_dtype, to_mx, to_numpy
 from tensorgraph.codegen_mlx.guards import check, guarded_nodes, raise_if_broken, verdict
 from tensorgraph.codegen_mlx.lowering import LOWERINGS
 from tensorgraph.codegen_mlx.segments import run_segments, segment_schedule, trace_segment
 from tensorgraph.codegen_mlx.stats import RunStats
-from tensorgraph.errors import RunError
+from tensorgraph.errors import RunError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
@@ -122,7 +123,10 @@ def _boundary_values(
         if node.id not in cache:
             cache[node.id] = to_mx(constant_value(node))
         values[node.id] = cache[node.id]
-    for node_id, feed in feeds.items():
+    for node_id in list(feeds):
+        # consumed: a state's array must have no other reference left, so that MLX can
+        # donate its buffer to the state's in-place update
+        feed = feeds.pop(node_id)
         if feed is bound.get(node_id):
             if node_id not in cache:
                 cache[node_id] = to_mx(feed)
@@ -185,7 +189,7 @@ def run_compiled(program: object, feeds: dict[int, mx.array], device: mx.Device)
     cache = _cache(program)
     key = f"compiled-{device}"
     if key not in cache:
-        feed_ids = tuple(n.id for n in graph.nodes if n.op in ("input", "param"))
+        feed_ids = tuple(n.id for n in graph.nodes if n.op in ("input", "param", "state"))
         cache[key] = (feed_ids, _trace(graph, feed_ids, _guarded(program)))
     feed_ids, trace = cache[key]
     outputs = trace(*(feeds.pop(i) for i in feed_ids))
@@ -240,9 +244,16 @@ def run_mlx(
     mode: str = "auto",
     device: str | None = None,
     stats: bool = False,
+    state: object | None = None,
 ) -> list:
     """The program's outputs computed with MLX, in the graph's output order: mx.arrays
     (evaluated, on the device) when any feed is an mx.array, else NumPy arrays.
+
+    `state` (an "mlx" `State`, runtime/state.py) feeds the graph's states and receives
+    their new values; the outputs at the state updates' positions stay mx.arrays. The
+    state's arrays are handed to the call (the State keeps no reference while it runs),
+    so MLX can donate a cache's buffer to its in-place update; if the call fails after
+    that, those states are reset to zeros and the RunError says so.
 
     `mode` is one of MODES; `device` None uses MLX's default (Metal GPU on Apple
     silicon, CPU on Linux), or "cpu" / "gpu". `stats` records this run's `RunStats`
@@ -257,6 +268,41 @@ def run_mlx(
         cache["feed-nodes"] = feed_nodes(graph)
     feeds = bind_feeds(graph, inputs, params, native_dtype, cache["feed-nodes"])
     native = any(isinstance(v, mx.array) for v in feeds.values())
+    handed = _hand_over(graph, state, feeds)
+    try:
+        return _run(program, mode, target, feeds, native, stats, state)
+    except Exception as err:
+        for name in handed:
+            state.values.setdefault(name, to_mx(np.zeros(*state.specs[name])))
+        if handed and isinstance(err, TensorGraphError):
+            raise type(err)(f"{err} (the states it was updating are reset to zeros)") from err
+        raise
+
+
+def _hand_over(graph: Graph, state: object | None, feeds: dict[int, object]) -> list[str]:
+    """Move every state's array from `state` into `feeds` (node id -> array): the call
+    then holds the only reference. The names moved. Without a `state`, states read
+    zeros and their updates are dropped."""
+    if state is None:
+        for node in graph.states:
+            feeds[node.id] = mx.zeros(node.shape, to_mx(np.zeros((), node.dtype.to_numpy())).dtype)
+        return []
+    for node in graph.states:
+        feeds[node.id] = state.values.pop(node.name)
+    return [n.name for n in graph.states]
+
+
+def _run(
+    program: object,
+    mode: str,
+    target: mx.Device,
+    feeds: dict[int, object],
+    native: bool,
+    stats: bool,
+    state: object | None,
+) -> list:
+    graph = program.graph
+    updates = {k: name for name, k in graph.state_positions.items()}
     with mx.stream(target):
         if stats:
             held = {id(v): v.nbytes for v in _resident(program, target).values()}
@@ -268,7 +314,10 @@ def run_mlx(
         results, evaluations = _execute(
             program, mode, _boundary_values(program, feeds, target), target
         )
-        outputs = results if native else [to_numpy(r) for r in results]
+        if state is not None:
+            for k, name in updates.items():
+                state.values[name] = results[k]
+        outputs = [r if native or k in updates else to_numpy(r) for k, r in enumerate(results)]
         if stats:
             seconds = time.perf_counter() - began
             above = max(mx.get_peak_memory() - baseline, 0)

@@ -1,9 +1,19 @@
 """The graph: SSA nodes in a topological order, named boundary nodes, ordered outputs.
 
 A Graph is the one mutable object of the IR, and only by appending (`input`, `param`,
-`constant`, `output`, `add`): nodes are never changed or removed in place. Passes make
-new graphs with `Graph.from_nodes`. Derived facts (users, names) are computed from the
-nodes. Bound param values (weights known at compile time) travel with the graph.
+`constant`, `state`, `output`, `update_state`, `add`): nodes are never changed or removed
+in place. Passes make new graphs with `Graph.from_nodes`. Derived facts (users, names)
+are computed from the nodes. Bound param values (weights known at compile time) travel
+with the graph.
+
+State: a `state` node is a persistent buffer (a KV cache) that a call reads as it was
+left by the previous call (zeros when fresh). `update_state(s, v)` says the call leaves
+`v` in it. The new value leaves the call like an output, so `update_state` appends `v`
+to `outputs` and records its position in `state_positions`: every pass, the scheduler
+and the liveness analysis keep it alive to the end exactly as they keep an output,
+with no code of their own. `returned` lists the outputs a run hands back (the others
+are committed to the state). Invariant: each state is updated at most once, by a value
+of its shape and dtype, and every position in `state_positions` names a state node.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ class Graph:
         self._by_id: dict[int, Node] = {}
         self._outputs: list[int] = []
         self._names: dict[str, int] = {}
+        self._state_positions: dict[str, int] = {}  # state name -> position in _outputs
         self.param_values: dict[str, np.ndarray] = {}
         self._next_id = 0
 
@@ -58,6 +69,26 @@ class Graph:
     def outputs(self) -> tuple[int, ...]:
         """Ids of the output nodes, in the order the user listed them (repeats allowed)."""
         return tuple(self._outputs)
+
+    @property
+    def state_positions(self) -> dict[str, int]:
+        """State name -> the position in `outputs` of its new value (see module doc)."""
+        return dict(self._state_positions)
+
+    @property
+    def state_updates(self) -> dict[str, int]:
+        """State name -> id of the node whose value the call leaves in that state."""
+        return {name: self._outputs[k] for name, k in self._state_positions.items()}
+
+    @property
+    def returned(self) -> tuple[int, ...]:
+        """Ids of the outputs a run hands back: `outputs` less the state updates."""
+        updates = set(self._state_positions.values())
+        return tuple(o for k, o in enumerate(self._outputs) if k not in updates)
+
+    @property
+    def states(self) -> list[Node]:
+        return self.boundary("state")
 
     def node(self, node_id: int) -> Node:
         try:
@@ -98,6 +129,7 @@ class Graph:
             self.name == other.name
             and self._nodes == other._nodes
             and self._outputs == other._outputs
+            and self._state_positions == other._state_positions
             and self.param_values.keys() == other.param_values.keys()
             and all(
                 self.param_values[k].dtype == other.param_values[k].dtype
@@ -210,6 +242,43 @@ class Graph:
             raise DTypeError(f"param {name!r}: value dtype {array.dtype} != {param.dtype}")
         self.param_values[name] = np.array(array, order="C")
 
+    def state(self, name: str, shape: Iterable[int], dtype: DType | str = "float32") -> Tensor:
+        """A persistent buffer named `name` (a KV cache): a call reads the value the
+        previous call left (zeros when fresh); `update_state` sets what this call leaves."""
+        dtype = as_dtype(dtype)
+        node = self.add("state", (), {"name": name, "shape": tuple(shape), "dtype": dtype.name})
+        return self._tensor(node)
+
+    def update_state(self, state: Tensor | str, value: Tensor) -> None:
+        """After a successful call, state `state` (its tensor or name) holds `value`, a
+        tensor of this graph with the state's shape and dtype. GraphError when the state
+        is unknown or already updated, ShapeError/DTypeError when `value` does not fit."""
+        name = state if isinstance(state, str) else getattr(self._node_of(state), "name", None)
+        node_id = self._names.get(name) if isinstance(name, str) else None
+        if node_id is None or self._by_id[node_id].op != "state":
+            raise GraphError(f"graph {self.name!r}: {state!r} is not a state of this graph")
+        if name in self._state_positions:
+            raise GraphError(f"graph {self.name!r}: state {name!r} is already updated")
+        target, source = self._by_id[node_id], self._node_of(value)
+        if source.shape != target.shape:
+            raise ShapeError(
+                f"state {name!r} is {target.shape} but its update {describe(source)} is "
+                f"{source.shape}"
+            )
+        if source.dtype != target.dtype:
+            raise DTypeError(
+                f"state {name!r} is {target.dtype} but its update {describe(source)} is "
+                f"{source.dtype}"
+            )
+        self._state_positions[name] = len(self._outputs)
+        self._outputs.append(source.id)
+
+    def _node_of(self, tensor: object) -> Node:
+        node_id = getattr(tensor, "id", None)
+        if getattr(tensor, "graph", None) is not self or node_id not in self._by_id:
+            raise GraphError(f"graph {self.name!r}: {tensor!r} is not one of its nodes")
+        return self._by_id[node_id]
+
     def constant(self, value: object, dtype: DType | str | None = None, name: str = "") -> Tensor:
         """A literal array (kept as bytes in the node, so equal constants are equal nodes)."""
         array = np.asarray(value)
@@ -239,9 +308,11 @@ class Graph:
         nodes: Iterable[Node],
         outputs: Iterable[int],
         param_values: Mapping[str, np.ndarray] | None = None,
+        state_positions: Mapping[str, int] | None = None,
     ) -> Graph:
-        """A graph holding exactly `nodes` (in the given order) and `outputs`. Ids are
-        kept; only `verify` checks the result, so passes can be checked after the fact."""
+        """A graph holding exactly `nodes` (in the given order), `outputs` and the state
+        updates at `state_positions` (name -> output position). Ids are kept; only
+        `verify` checks the result, so passes can be checked after the fact."""
         graph = cls(name)
         for node in nodes:
             if node.id in graph._by_id:
@@ -251,7 +322,17 @@ class Graph:
                 graph._names.setdefault(node.name, node.id)
         graph._outputs = list(outputs)
         graph.param_values = dict(param_values or {})
+        graph._state_positions = dict(state_positions or {})
         return graph
+
+    def rebuilt(self, nodes: Iterable[Node], outputs: Iterable[int] | None = None) -> Graph:
+        """A graph of `nodes` with this graph's name, outputs (or `outputs`, position for
+        position), state updates and the bound values of the params still present."""
+        nodes = list(nodes)
+        outputs = self._outputs if outputs is None else list(outputs)
+        return Graph.from_nodes(
+            self.name, nodes, outputs, self._live_params(nodes), self._state_positions
+        )
 
     def replace_uses(self, mapping: Mapping[int, int]) -> Graph:
         """A new graph where every use of `old` (inputs and outputs) reads `mapping[old]`,
@@ -263,14 +344,12 @@ class Graph:
             for node in self._nodes
             if node.id not in mapping
         ]
-        outputs = [mapping.get(o, o) for o in self._outputs]
-        return Graph.from_nodes(self.name, nodes, outputs, self._live_params(nodes))
+        return self.rebuilt(nodes, [mapping.get(o, o) for o in self._outputs])
 
     def keep(self, node_ids: Iterable[int]) -> Graph:
         """A new graph with only the nodes in `node_ids` (order kept), same outputs."""
         keep = set(node_ids)
-        nodes = [n for n in self._nodes if n.id in keep]
-        return Graph.from_nodes(self.name, nodes, self._outputs, self._live_params(nodes))
+        return self.rebuilt(n for n in self._nodes if n.id in keep)
 
     def _live_params(self, nodes: Iterable[Node]) -> dict[str, np.ndarray]:
         names = {n.name for n in nodes if n.op == "param"}

@@ -54,6 +54,8 @@ register(
     OpDef("input", 0, 0, infer_boundary, _BOUNDARY, category="boundary", pure=True, boundary=True)
 )
 register(OpDef("param", 0, 0, infer_boundary, _BOUNDARY, category="boundary", boundary=True))
+# A state is read like an input; its bytes persist across calls (in the state region).
+register(OpDef("state", 0, 0, infer_boundary, _BOUNDARY, category="boundary", boundary=True))
 register(
     OpDef(
         "constant",

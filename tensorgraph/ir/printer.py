@@ -29,5 +29,6 @@ def format_graph(graph: Graph) -> str:
     """The whole graph: a header, one line per node, then the outputs."""
     lines = [f"graph {graph.name!r} ({len(graph)} nodes)"]
     lines += ["  " + format_node(node) for node in graph.nodes]
-    lines.append("  return " + ", ".join(f"%{o}" for o in graph.outputs))
+    lines.append("  return " + ", ".join(f"%{o}" for o in graph.returned))
+    lines += [f"  state {name!r} <- %{node}" for name, node in graph.state_updates.items()]
     return "\n".join(lines)

@@ -66,6 +66,7 @@ def graph_to_json(graph: Graph) -> str:
         "name": graph.name,
         "nodes": nodes,
         "outputs": list(graph.outputs),
+        "state_updates": graph.state_positions,
         "params": params,
     }
     return json.dumps(document)
@@ -102,7 +103,8 @@ def graph_from_json(text: str) -> Graph:
             .copy()
             for name, p in document["params"].items()
         }
-        graph = Graph.from_nodes(document["name"], nodes, document["outputs"], params)
+        positions = {str(k): int(v) for k, v in document.get("state_updates", {}).items()}
+        graph = Graph.from_nodes(document["name"], nodes, document["outputs"], params, positions)
     except (KeyError, TypeError, ValueError) as err:
         raise GraphError(f"malformed graph JSON: {err!r}") from err
     verify(graph)

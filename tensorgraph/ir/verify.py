@@ -12,6 +12,8 @@ message carries the offending node's printed line):
    and params;
 7. every output id names a node;
 8. bound param values exist only for declared params and match their shape and dtype;
+9. every state update names a state node and sits at an output position, once, with a
+   value of the state's shape and dtype;
 
 The graph carries no memory decision: where a value's bytes live (a view of its input,
 an in-place write over an operand) is computed by the planner's alias analysis for a
@@ -64,7 +66,7 @@ def verify(graph: Graph) -> None:
         if opdef.boundary:
             name = node.attr("name")
             if node.op != "constant" and not name:
-                _fail(GraphError, node, f"{who}: inputs and params need a name")
+                _fail(GraphError, node, f"{who}: inputs, params and states need a name")
             if name:
                 if name in names:
                     _fail(GraphError, node, f"{who}: duplicate name {name!r} (%{names[name]})")
@@ -73,6 +75,7 @@ def verify(graph: Graph) -> None:
     for position, output in enumerate(graph.outputs):
         if output not in seen:
             raise GraphError(f"graph {graph.name!r}: output {position} is %{output}, no node")
+    _verify_states(graph, seen)
     params = {n.attr("name"): n for n in seen.values() if n.op == "param"}
     for name, value in graph.param_values.items():
         if name not in params:
@@ -83,4 +86,28 @@ def verify(graph: Graph) -> None:
                 ShapeError,
                 node,
                 f"param {name!r}: bound value {value.shape} {value.dtype} does not match",
+            )
+
+
+def _verify_states(graph: Graph, seen: dict[int, Node]) -> None:
+    """Invariant 9: each update names a state, at a distinct output position, and fits."""
+    states = {n.attr("name"): n for n in seen.values() if n.op == "state"}
+    positions = graph.state_positions
+    if len(set(positions.values())) != len(positions):
+        raise GraphError(f"graph {graph.name!r}: two states are updated by one output position")
+    for name, position in positions.items():
+        if name not in states:
+            raise GraphError(f"graph {graph.name!r}: update of unknown state {name!r}")
+        if not isinstance(position, int) or not 0 <= position < len(graph.outputs):
+            raise GraphError(
+                f"graph {graph.name!r}: state {name!r} is updated by output position "
+                f"{position!r}, but the graph has {len(graph.outputs)} outputs"
+            )
+        value, state = seen[graph.outputs[position]], states[name]
+        if value.shape != state.shape or value.dtype != state.dtype:
+            _fail(
+                ShapeError if value.shape != state.shape else DTypeError,
+                value,
+                f"state {name!r} is {state.shape} {state.dtype} but its update is "
+                f"{value.shape} {value.dtype}",
             )

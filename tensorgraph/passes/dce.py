@@ -1,6 +1,7 @@
 """Dead-code elimination: keeps exactly the nodes some output depends on, plus every
-input and param (they are the caller's signature: dropping one would change what `run`
-accepts). Preserves every output for every input, and the node order. O(n + edges)."""
+input, param and state (the caller's signature: dropping one would change what `run`
+accepts or what the program's state holds; a state update is an output). Preserves
+every output for every input, and the node order. O(n + edges)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def dce(graph: Graph) -> PassResult:
             continue
         needed.add(node_id)
         stack.extend(graph.node(node_id).inputs)
-    needed |= {n.id for n in graph.nodes if n.op in ("input", "param")}
+    needed |= {n.id for n in graph.nodes if n.op in ("input", "param", "state")}
     removed = len(graph) - len(needed)
     if not removed:
         return PassResult(graph, {"removed": 0})

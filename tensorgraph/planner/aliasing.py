@@ -26,7 +26,10 @@ unsafe decision:
   2. the operand sits at offset 0 of its root, and operand, root and output have the
      same byte size and dtype (no broadcast growth, no dtype change);
   3. the class's root is not an input, param or constant (the caller's bytes, or the
-     constant segment loaded once);
+     constant segment loaded once), nor a state the graph does not update; a state it
+     updates may be written (a KV cache's slice_update writes straight into the cache:
+     the call leaves a new value in those bytes anyway, and rule 1 guarantees nothing
+     reads the old one later);
   4. every other operand reading the same root reads exactly the written bytes with the
      same element mapping (offset 0, the output's shape up to leading 1s and its dtype,
      see `same_mapping`),
@@ -225,6 +228,12 @@ def _peak(graph: Graph, order: Sequence[int], aliases: dict[int, Alias], alignme
     return max(analyze(graph, order, Aliasing(aliases)).live_bytes(alignment), default=0)
 
 
+def writable_state(graph: Graph, node: Node) -> bool:
+    """True for a state that `graph` updates: the one boundary value whose bytes a node
+    may write in place (rule 3: the call leaves a new value there anyway)."""
+    return node.op == "state" and node.name in graph.state_positions
+
+
 def _reinplace(graph: Graph, order: Sequence[int], pre: object, aliases: dict[int, Alias]) -> None:
     """In-place decisions by rules 1-4, from `pre`, the liveness with views and concat
     placements, added to `aliases`. A writer placed into a concat joins its operand's
@@ -244,13 +253,14 @@ def _reinplace(graph: Graph, order: Sequence[int], pre: object, aliases: dict[in
             if not operand.nbytes == first.nbytes == node.nbytes or operand.dtype != node.dtype:
                 continue
             final = root_of.get(where.root, where.root)
-            if OPS[graph.node(final).op].boundary:
+            class_root = graph.node(final)
+            if OPS[class_root.op].boundary and not writable_state(graph, class_root):
                 continue
             if _hazard(graph, node, k, final, pre, root_of):
                 continue
             placement = aliases.get(node.id)
             if placement is not None:  # node is a placed root: its class root takes over
-                if final in aliases:
+                if final in aliases or OPS[class_root.op].boundary:
                     continue
                 aliases[final] = placement
             aliases[node.id] = Alias(operand.id, 0, "inplace")

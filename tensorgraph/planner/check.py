@@ -16,6 +16,9 @@ trusts neither the offset algorithm nor the alias analysis:
    contiguous concat writes only the slots whose operand is not already in place
    (`copy_elim.written_ranges`), so values placed into it are never rewritten.
 
+4. states: each state sits at its layout offset, inside the region; the state region is
+   written only over states the graph updates (a read-only state's bytes never change).
+
 Check 3 is what makes an in-place decision safe: it is derived from the offsets and the
 schedule alone. O(nodes + edges + writes per root * values per root).
 """
@@ -29,7 +32,7 @@ from tensorgraph.errors import PlanError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import describe
 from tensorgraph.ir.ops import OPS
-from tensorgraph.planner.aliasing import Aliasing, same_mapping
+from tensorgraph.planner.aliasing import Aliasing, same_mapping, writable_state
 from tensorgraph.planner.buffers import Assignment
 from tensorgraph.planner.copy_elim import written_ranges
 from tensorgraph.planner.verify import verify_assignment
@@ -43,12 +46,13 @@ def verify_plan(graph: Graph, plan: object, aliasing: Aliasing) -> None:
     live = plan.liveness
     _check_placement(graph, plan, aliasing)
     _check_versions(graph, plan, aliasing, live)
+    _check_states(graph, plan)
 
 
 def _check_placement(graph: Graph, plan: object, aliasing: Aliasing) -> None:
     for node in graph.nodes:
         segment, offset = plan.locate(node.id)
-        top = plan.arena_size if segment == "arena" else plan.constant_size
+        top = plan.segment_size(segment)
         if offset < 0 or offset + node.nbytes > top:
             raise PlanError(
                 f"{describe(node)}: bytes [{offset}, {offset + node.nbytes}) fall outside the "
@@ -111,3 +115,28 @@ def _reads_alike(graph: Graph, writer_id: int, value_id: int, w_low: int, low: i
     if value_id not in writer.inputs or OPS[writer.op].boundary:
         return False
     return same_mapping(writer, graph.node(value_id), low - w_low)
+
+
+def _check_states(graph: Graph, plan: object) -> None:
+    """Check 4: states at their layout offsets; writes into the region only over states
+    the graph updates."""
+    spans = []
+    for node in graph.states:
+        segment, offset = plan.locate(node.id)
+        if segment != "state" or offset != plan.state_layout.get(node.name):
+            raise PlanError(
+                f"{describe(node)}: planned at {segment}+{offset}, not at its state layout "
+                f"offset {plan.state_layout.get(node.name)}"
+            )
+        if writable_state(graph, node):
+            spans.append((offset, offset + node.nbytes))
+    for node in graph.nodes:
+        if OPS[node.op].boundary:
+            continue
+        for segment, low, high in written_ranges(graph, node, plan.locate):
+            inside = any(a <= low and high <= b for a, b in spans)
+            if segment == "state" and low < high and not inside:
+                raise PlanError(
+                    f"{describe(node)} writes state-region bytes [{low}, {high}) outside "
+                    "every state this graph updates"
+                )

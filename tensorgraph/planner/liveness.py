@@ -20,6 +20,10 @@ whole class live inside the concat's bytes at `offset`). Each root in the arena 
   `last_read = len(steps)`, `end = len(steps)`;
 - params and constants planned in the arena live for the whole run (loaded once, kept
   across runs); otherwise they sit in the constant segment and get no buffer;
+- a state (and every value written in place over it) lives in the state region, at a
+  fixed offset, and gets no buffer: its bytes persist across calls. Only a state the
+  graph updates may be written in place (`writable_state`), and the update value is an
+  output, so it lives to the end like one;
 - `tail_guard` extra bytes on the buffers of inputs and of roots holding an output;
 - a node whose op declares a workspace (`ops.workspace_bytes` > 0) gets one more
   buffer of that many bytes, id `WorkspaceId(node)`, live exactly during its step
@@ -29,7 +33,8 @@ whole class live inside the concat's bytes at `offset`). Each root in the arena 
 Invariants of the result: every node has a `Storage` whose bytes
 `[offset, offset + nbytes)` lie inside its root's; views and in-place nodes own no
 buffer; no alias makes a node write into a param, constant or input; a view alias is
-exactly what `ops.view_offset` gives; an in-place alias names one of the node's
+exactly what `ops.view_offset` gives; no alias writes into a state the graph does not
+update; an in-place alias names one of the node's
 operands of the output's byte size and dtype; a placement names a later contiguous
 concat (`copy_elim.concat_slots`) with the bytes inside it. An aliasing that breaks one is a
 PlanError naming the node. O(nodes + edges).
@@ -45,7 +50,7 @@ from tensorgraph.errors import GraphError, PlanError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import OPS, workspace_bytes
-from tensorgraph.planner.aliasing import Alias, Aliasing, view_of
+from tensorgraph.planner.aliasing import Alias, Aliasing, view_of, writable_state
 from tensorgraph.planner.buffers import Buffer, align_up
 from tensorgraph.planner.copy_elim import concat_slots
 
@@ -97,7 +102,8 @@ class Liveness:
 
     `steps`: node ids in schedule order; `step_of`: node id -> its step; `storage`:
     every node id -> its `Storage`; `buffers`: one per arena root, in step order;
-    `constants`: roots in the constant segment; `last_read`: root id -> last step reading
+    `constants`: roots in the constant segment; `states`: state roots (the state
+    region); `last_read`: root id -> last step reading
     it through any alias (`len(steps)` for a root holding an output); `last_use`: node id
     -> last step reading that node directly (-1 if never read, `len(steps)` if an
     output); `workspace`: node id -> its workspace buffer (also in `buffers`), for the
@@ -111,6 +117,7 @@ class Liveness:
     last_read: Mapping[int, int]
     last_use: Mapping[int, int]
     workspace: Mapping[int, Buffer] = field(factory=dict)
+    states: tuple[int, ...] = ()
 
     def live_at(self, step: int) -> list[Buffer]:
         """The value buffers (id: a root node) whose lifetime `[start, end)` contains
@@ -168,10 +175,10 @@ def _aliased_storage(
     base = storage[alias.source]
     where = Storage(base.root, base.offset + alias.offset)
     root = graph.node(where.root)
-    if alias.kind == "inplace" and OPS[root.op].boundary:
+    if alias.kind == "inplace" and OPS[root.op].boundary and not writable_state(graph, root):
         raise PlanError(
             f"{describe(node)}: writes in place into {describe(root)}, whose bytes are the "
-            "caller's or loaded once and must not change"
+            "caller's, loaded once or a state this graph does not update, and must not change"
         )
     if where.offset + node.nbytes > root.nbytes:
         raise PlanError(
@@ -293,11 +300,14 @@ def analyze(
     for node_id in steps:
         root = storage[node_id].root
         first_write.setdefault(root, step_of[node_id])
-    buffers, constants = [], []
+    buffers, constants, states = [], [], []
     for node_id in steps:
         if storage[node_id].root != node_id:
             continue
         node = graph.node(node_id)
+        if node.op == "state":
+            states.append(node_id)
+            continue
         if node.op in LOADED_ONCE and not params_in_arena:
             constants.append(node_id)
             continue
@@ -315,6 +325,7 @@ def analyze(
         last_read=last_read,
         last_use=last_use,
         workspace=workspace,
+        states=tuple(states),
     )
 
 

@@ -10,6 +10,10 @@ default) the independent verifier `check.verify_plan`. Invariants of a `MemoryPl
   offset, a view or in-place node at its root's offset plus its byte offset in the root;
 - params and constants outside the arena sit back to back in the constant segment
   (`constant_offsets`, each aligned, none shared; views of them included);
+- states sit in the state region at the offsets of `state_layout` (name -> offset,
+  aligned, none shared; one layout for every entry of a multi-entry program), and
+  every value written in place over a state or viewing one is located there
+  (`state_offsets`); the region persists across calls, the arena does not;
 - `lower_bound <= arena_size <= total_unshared` (the last as every algorithm places a
   buffer at the lowest offset above the buffers it conflicts with).
 """
@@ -20,10 +24,11 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 
-from attrs import frozen
+from attrs import field, frozen
 
-from tensorgraph.errors import PlanError
+from tensorgraph.errors import GraphError, PlanError
 from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import describe
 from tensorgraph.planner.aliasing import Aliasing
 from tensorgraph.planner.assign import assign_offsets
 from tensorgraph.planner.buffers import Assignment, Buffer, align_up, lower_bound
@@ -50,6 +55,9 @@ class MemoryPlan:
     planning_seconds: float
     cut_short: bool = False  # a wall-clock time_limit stopped the offset search early
     aliasing: Aliasing = NO_ALIASING  # the alias decisions the plan was made with
+    state_offsets: Mapping[int, int] = field(factory=dict)
+    state_size: int = 0
+    state_layout: Mapping[str, int] = field(factory=dict)
 
     @property
     def total_unshared(self) -> int:
@@ -67,13 +75,23 @@ class MemoryPlan:
         return self.arena_size / self.lower_bound if self.lower_bound else 1.0
 
     def locate(self, node_id: int) -> tuple[str, int]:
-        """Where node `node_id`'s bytes start: ("arena", offset) or ("constants", offset).
-        PlanError when the plan gives the node no bytes."""
+        """Where node `node_id`'s bytes start: ("arena", offset), ("constants", offset)
+        or ("state", offset). PlanError when the plan gives the node no bytes."""
         if node_id in self.offsets:
             return "arena", self.offsets[node_id]
         if node_id in self.constant_offsets:
             return "constants", self.constant_offsets[node_id]
+        if node_id in self.state_offsets:
+            return "state", self.state_offsets[node_id]
         raise PlanError(f"%{node_id}: the plan gives this value no bytes")
+
+    def segment_size(self, segment: str) -> int:
+        """Bytes of segment "arena", "constants" or "state"."""
+        return {
+            "arena": self.arena_size,
+            "constants": self.constant_size,
+            "state": self.state_size,
+        }[segment]
 
     @property
     def peak_step(self) -> int:
@@ -117,6 +135,9 @@ class MemoryPlan:
             "offsets": {str(k): v for k, v in self.offsets.items()},
             "constant_size": self.constant_size,
             "constant_offsets": {str(k): v for k, v in self.constant_offsets.items()},
+            "state_size": self.state_size,
+            "state_layout": dict(self.state_layout),
+            "state_offsets": {str(k): v for k, v in self.state_offsets.items()},
             "schedule": list(self.liveness.steps),
         }
         return json.dumps(document)
@@ -134,6 +155,40 @@ def _constant_segment(graph: Graph, liveness: Liveness, alignment: int) -> tuple
     return offsets, cursor
 
 
+def state_layout(graphs: Sequence[Graph], alignment: int) -> tuple[dict[str, int], int]:
+    """(state name -> offset, region size): every state of `graphs` once, in name order,
+    back to back at `alignment`. GraphError when two graphs declare one name with
+    different shapes or dtypes (entries of one program share each state's bytes)."""
+    declared: dict[str, tuple[object, Graph]] = {}
+    for graph in graphs:
+        for node in graph.states:
+            seen = declared.setdefault(node.name, (node, graph))
+            if (seen[0].shape, seen[0].dtype) != (node.shape, node.dtype):
+                raise GraphError(
+                    f"state {node.name!r} is {seen[0].shape} {seen[0].dtype} in graph "
+                    f"{seen[1].name!r} but {node.shape} {node.dtype} in graph {graph.name!r}"
+                )
+    layout, cursor = {}, 0
+    for name in sorted(declared):
+        layout[name] = cursor
+        cursor = align_up(cursor + declared[name][0].nbytes, alignment)
+    return layout, cursor
+
+
+def _state_segment(graph: Graph, liveness: Liveness, layout: Mapping[str, int]) -> dict[int, int]:
+    """Offsets in the state region of every state root and the values aliased to it."""
+    offsets = {}
+    for root in liveness.states:
+        name = graph.node(root).name
+        if name not in layout:
+            raise PlanError(f"{describe(graph.node(root))}: the state layout has no {name!r}")
+        offsets[root] = layout[name]
+    for node_id, where in liveness.storage.items():
+        if where.root in offsets and node_id != where.root:
+            offsets[node_id] = offsets[where.root] + where.offset
+    return offsets
+
+
 def plan_memory(
     graph: Graph,
     order: Sequence[int] | None = None,
@@ -146,6 +201,7 @@ def plan_memory(
     params_in_arena: bool = False,
     tail_guard: int = 0,
     check: bool = True,
+    states: tuple[Mapping[str, int], int] | None = None,
 ) -> MemoryPlan:
     """Plan `graph` run in `order` (its node order when None) with `aliasing`, placing
     buffers with offset algorithm `algorithm`.
@@ -153,7 +209,8 @@ def plan_memory(
     `alignment` (bytes) may be any positive integer, not only a power of two: the
     algorithms and the verifier only ever round offsets up to a multiple of it.
     `budget` (work units) and `time_limit` (seconds, a cap) bound `best`;
-    `params_in_arena` and `tail_guard` are passed to `liveness.analyze`. With `check`
+    `params_in_arena` and `tail_guard` are passed to `liveness.analyze`. `states` is
+    the state region (`state_layout`'s result; None: this graph's own states). With `check`
     (the default), `check.verify_plan` proves the result independently of the
     algorithm and the alias analysis. Raises PlanError naming the bad option, or the
     buffers or nodes of a plan that fails verification."""
@@ -166,7 +223,10 @@ def plan_memory(
     limits = {k: v for k, v in (("budget", budget), ("time_limit", time_limit)) if v is not None}
     assignment = assign_offsets(liveness.buffers, algorithm, alignment, **limits)
     seconds = time.perf_counter() - began
-    plan = assemble_plan(graph, liveness, assignment, algorithm, alignment, aliasing, seconds)
+    states = state_layout([graph], alignment) if states is None else states
+    plan = assemble_plan(
+        graph, liveness, assignment, algorithm, alignment, aliasing, seconds, states
+    )
     if check:
         from tensorgraph.planner.check import verify_plan
 
@@ -182,6 +242,7 @@ def assemble_plan(
     alignment: int,
     aliasing: Aliasing,
     seconds: float = 0.0,
+    states: tuple[Mapping[str, int], int] = ({}, 0),
 ) -> MemoryPlan:
     """The `MemoryPlan` for buffer offsets `assignment` over `liveness` (unverified: run
     `check.verify_plan` on it). Every node's offset derives from its root's buffer."""
@@ -205,4 +266,7 @@ def assemble_plan(
         planning_seconds=seconds,
         cut_short=bool(getattr(assignment, "cut_short", False)),
         aliasing=aliasing,
+        state_offsets=_state_segment(graph, liveness, states[0]),
+        state_size=states[1],
+        state_layout=dict(states[0]),
     )

@@ -34,18 +34,14 @@ def replay(graph: Graph, plan: object, aliasing: Aliasing) -> None:
     memory = {
         "arena": np.full(plan.arena_size, -1, np.int64),
         "constants": np.full(plan.constant_size, -1, np.int64),
+        "state": np.full(plan.state_size, -1, np.int64),
     }
     # node id -> the stamp its bytes must carry: one node id, or one per byte
     holder: dict[int, int | np.ndarray] = {}
 
     def place(node_id: int) -> tuple[np.ndarray, int, int]:
-        if node_id in plan.offsets:
-            segment, offset = memory["arena"], plan.offsets[node_id]
-        elif node_id in plan.constant_offsets:
-            segment, offset = memory["constants"], plan.constant_offsets[node_id]
-        else:
-            raise PlanError(f"{describe(graph.node(node_id))}: the plan gives it no bytes")
-        return segment, offset, offset + graph.node(node_id).nbytes
+        segment, offset = plan.locate(node_id)
+        return memory[segment], offset, offset + graph.node(node_id).nbytes
 
     def read(reader: str, node_id: int) -> None:
         segment, low, high = place(node_id)

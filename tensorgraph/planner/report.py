@@ -157,6 +157,7 @@ def format_plan(plan: MemoryPlan, graph: Graph, top: int = 20) -> str:
         f"({saved:.1f}%) | constant segment {human(plan.constant_size)} "
         f"({len(plan.liveness.constants)} params/constants)",
     ]
+    lines += _state_lines(plan, graph)
     workspace = plan.liveness.workspace.values()
     if workspace:
         largest = max(workspace, key=lambda b: (b.size, -b.start))
@@ -168,6 +169,31 @@ def format_plan(plan: MemoryPlan, graph: Graph, top: int = 20) -> str:
     lines += _buffer_table(plan, graph, top)
     lines += _peak_list(plan, graph, top)
     return "\n".join(_fit(line, WIDTH) for line in lines)
+
+
+def copied_states(plan: MemoryPlan, graph: Graph) -> list[str]:
+    """The states whose update is not planned in place: copied into the state region
+    after the call's last step."""
+    return [
+        name
+        for name, value in graph.state_updates.items()
+        if plan.locate(value) != ("state", plan.state_layout[name])
+    ]
+
+
+def _state_lines(plan: MemoryPlan, graph: Graph) -> list[str]:
+    states = graph.states
+    if not states:
+        return []
+    updated = graph.state_updates
+    copied = copied_states(plan, graph)
+    copied_bytes = sum(graph.node(updated[name]).nbytes for name in copied)
+    return [
+        f"  state region {human(plan.state_size)} ({len(plan.state_layout)} states; "
+        f"this graph reads {len(states)}, updates {len(updated)}: "
+        f"{len(updated) - len(copied)} in place, {len(copied)} copied"
+        + (f", {human(copied_bytes)}: {', '.join(copied)})" if copied else ")")
+    ]
 
 
 # ---------------------------------------------------------------- the program
@@ -207,3 +233,30 @@ def format_program_report(program: Program) -> str:
     lines = [_fit(line, WIDTH) for line in lines]
     lines.append(program.plan.report(program.graph))
     return "\n".join(lines)
+
+
+def format_multi_report(multi: object) -> str:
+    """A multi-entry program: one row per entry (arena, lower bound, steps, constant
+    segment, state updates in place), then the shared memory and its total."""
+    lines = [f"multi-entry program: {len(multi.entries)} entries"]
+    width = max(5, *(len(name) for name in multi.entries))
+    lines.append(
+        f"  {'entry':<{width}}  {'arena':>10}  {'lower bound':>11}  {'steps':>5}  "
+        f"{'constants':>10}  state updates"
+    )
+    for name, program in multi.entries.items():
+        plan, graph = program.plan, program.graph
+        updated, copied = len(graph.state_updates), len(copied_states(plan, graph))
+        lines.append(
+            f"  {name:<{width}}  {human(plan.arena_size):>10}  {human(plan.lower_bound):>11}  "
+            f"{len(plan.liveness.steps):>5}  {human(plan.constant_size):>10}  "
+            f"{updated} ({updated - copied} in place)"
+        )
+    lines += [
+        "shared (entries run one at a time):",
+        f"  arena {human(multi.arena_size)} (the largest entry's) | weights and constants "
+        f"{human(multi.constant_size)} (stored once)",
+        f"  state region {human(multi.state_size)} ({len(multi.state_layout)} states) | total "
+        f"{human(multi.total_size)} ({multi.total_size:,} B)",
+    ]
+    return "\n".join(_fit(line, WIDTH) for line in lines)

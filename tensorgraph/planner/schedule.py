@@ -72,9 +72,7 @@ def reorder(graph: Graph, order: Sequence[int]) -> Graph:
             f"graph {graph.name!r}: an order must list every node id exactly once, "
             "each after its inputs"
         )
-    return Graph.from_nodes(
-        graph.name, [graph.node(i) for i in order], graph.outputs, graph.param_values
-    )
+    return graph.rebuilt(graph.node(i) for i in order)
 
 
 def is_topological(graph: Graph, order: Sequence[int]) -> bool:

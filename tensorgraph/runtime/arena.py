@@ -1,8 +1,12 @@
 """The arena executor: runs a planned graph inside one byte buffer, the physical oracle.
 
-Memory is two NumPy byte arrays: the arena (`plan.arena_size` bytes) and the constant
+Memory is three NumPy byte arrays: the arena (`plan.arena_size` bytes) and the constant
 segment (`plan.constant_size` bytes), both first filled with `fill` (0xFF by default:
-NaN in every float type, -1 or the maximum in integers). Params and constants are
+NaN in every float type, -1 or the maximum in integers), and the state region
+(`plan.state_size` bytes: the caller's, kept across calls, or zeros). States are read
+where they lie in the region, in-place updates write straight into it, and after the
+last step every state update not already in place is copied in (all read first, then
+all written, so one update can never clobber another's source). Params and constants are
 written at their planned offsets (the segment, or the arena when planned there) and
 inputs at theirs, all before the first step. Then, in the plan's order, every
 computing node reads its arguments as ndarrays over the bytes at their planned offsets
@@ -59,22 +63,22 @@ POISON_INT = 0xA5  # released integer bytes: int32 -1515870811, int8 -91, bool 0
 
 
 class _Memory:
-    """The arena and constant segment of one run, and each node's bytes inside them."""
+    """The arena, constant segment and state region of one run, and each node's bytes."""
 
     def __init__(self, plan: MemoryPlan, fill: int) -> None:
         self.plan = plan
         self.arena = np.full(plan.arena_size, fill, np.uint8)
         self.constants = np.full(plan.constant_size, fill, np.uint8)
+        self.state = np.zeros(plan.state_size, np.uint8)
+        self.segments = {"arena": self.arena, "constants": self.constants, "state": self.state}
 
     def at(self, node: Node) -> np.ndarray:
         """`node`'s value: an ndarray of its shape and dtype over its planned bytes."""
-        if node.id in self.plan.offsets:
-            memory, offset, segment = self.arena, self.plan.offsets[node.id], "arena"
-        elif node.id in self.plan.constant_offsets:
-            memory, offset = self.constants, self.plan.constant_offsets[node.id]
-            segment = "constant segment"
-        else:
-            raise PlanError(f"{describe(node)}: the plan gives this value no offset")
+        try:
+            segment, offset = self.plan.locate(node.id)
+        except PlanError:
+            raise PlanError(f"{describe(node)}: the plan gives this value no offset") from None
+        memory = self.segments[segment]
         if offset < 0 or offset + node.nbytes > memory.size:
             raise PlanError(
                 f"{describe(node)}: bytes [{offset}, {offset + node.nbytes}) fall outside "
@@ -100,7 +104,7 @@ class _Memory:
             return
         raw = target.reshape(-1).view(np.uint8)
         flat = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
-        start = self.plan.offsets[node.id]  # a concat is never a constant
+        start = self.plan.locate(node.id)[1]
         for _, low, high in ranges:
             raw[low - start : high - start] = flat[low - start : high - start]
 
@@ -111,17 +115,13 @@ def _check_overlaps(
     """PlanError when `node` writes bytes (`ranges`) that an operand is read from with
     another element mapping (see the module docstring)."""
     for segment, low, high in ranges:
-        if segment != "arena":
-            continue
         for i in dict.fromkeys(node.inputs):
-            if i not in plan.offsets:
-                continue
+            o_segment, o_low = plan.locate(i)
             operand = graph.node(i)
-            o_low = plan.offsets[i]
-            overlaps = o_low < high and low < o_low + operand.nbytes
+            overlaps = o_segment == segment and o_low < high and low < o_low + operand.nbytes
             if overlaps and operand.nbytes and not same_mapping(node, operand, o_low - low):
                 raise PlanError(
-                    f"{describe(node)} writes arena bytes [{low}, {high}) while reading "
+                    f"{describe(node)} writes {segment} bytes [{low}, {high}) while reading "
                     f"{describe(operand)} from overlapping bytes "
                     f"[{o_low}, {o_low + operand.nbytes}): the result would depend on the "
                     "kernel's element order"
@@ -153,12 +153,15 @@ def run_arena(
     *,
     aliasing: Aliasing | None = None,
     fill: int = GARBAGE,
+    state: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """The outputs of `graph` (copies, in output order) run inside `plan`'s memory.
 
     `plan` is the `MemoryPlan` of exactly this graph, made with `aliasing` (None: the
-    aliasing the plan records); steps run
-    in the plan's order; `fill` is the byte the memory starts as. Raises RunError (from
+    aliasing the plan records); steps run in the plan's order; `fill` is the byte the
+    memory starts as. `state` is the state region (a uint8 array of `plan.state_size`
+    bytes, updated in place and committed; None: a zero region, discarded). Outputs
+    include the state updates' values. Raises RunError (from
     `bind_feeds`) on a missing, extra or mistyped input or param, and PlanError naming
     the node whose planned bytes are missing, outside the arena or constant segment, or
     overlap its operands' bytes with another element mapping."""
@@ -167,11 +170,20 @@ def run_arena(
     feeds = bind_feeds(graph, inputs, params)
     aliasing = plan.aliasing if aliasing is None else aliasing
     memory = _Memory(plan, fill)
+    if state is not None:
+        if state.dtype != np.uint8 or state.shape != (plan.state_size,):
+            raise RunError(
+                f"the state region must be {plan.state_size} uint8 bytes but got "
+                f"{state.dtype} {state.shape}"
+            )
+        memory.state = memory.segments["state"] = state
     steps = plan.liveness.steps
     for node_id in steps:
         node = graph.node(node_id)
         if node.op == "constant":
             memory.write(node, constant_value(node))
+        elif node.op == "state":
+            continue  # already in the region
         elif OPS[node.op].boundary:
             memory.write(node, np.asarray(feeds[node.id], node.dtype.to_numpy()))
     released: dict[int, list[int]] = {}
@@ -191,4 +203,19 @@ def run_arena(
             memory.write(node, evaluate(node, args), ranges if node.op == "concat" else None)
         for buffer_id in released.get(step, ()):
             _poison(graph, plan, memory, buffer_id)
-    return [np.array(memory.at(graph.node(o)), copy=True) for o in graph.outputs]
+    outputs = [np.array(memory.at(graph.node(o)), copy=True) for o in graph.outputs]
+    _commit(graph, plan, memory)
+    return outputs
+
+
+def _commit(graph: Graph, plan: MemoryPlan, memory: _Memory) -> None:
+    """Copy every state update not already in its state's bytes into them: all values
+    are read before any is written."""
+    pending = []
+    for name, value_id in graph.state_updates.items():
+        offset = plan.state_layout[name]
+        if plan.locate(value_id) != ("state", offset):
+            pending.append((offset, np.array(memory.at(graph.node(value_id)), copy=True)))
+    for offset, value in pending:
+        raw = value.reshape(-1).view(np.uint8)
+        memory.state[offset : offset + raw.size] = raw

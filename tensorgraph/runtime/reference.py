@@ -5,6 +5,8 @@ params from `bind_feeds`, constants from their payload). A value is dropped righ
 its last reader, unless it is an output, so large graphs run in modest memory; that
 affects nothing else. The outputs are fresh copies, one per listed output (a repeated
 output gives distinct arrays), never an alias of a caller's input or a bound param.
+States read the arrays given in `state` (zeros when none is given); their new values
+are outputs (`graph.state_positions`), so the caller commits them (Program.run does).
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ from tensorgraph.runtime.feeds import bind_feeds
 from tensorgraph.runtime.kernels import constant_value, evaluate
 
 
+def state_feeds(graph: Graph, state: Mapping[str, object] | None) -> dict[int, object]:
+    """state node id -> its value from `state` (by name), zeros for a missing one."""
+    state = state or {}
+    return {
+        n.id: state[n.name] if n.name in state else np.zeros(n.shape, n.dtype.to_numpy())
+        for n in graph.states
+    }
+
+
 def _last_readers(graph: Graph) -> dict[int, int]:
     """node id -> the step of its last reader, or its own step when nothing reads it."""
     last = {}
@@ -29,13 +40,18 @@ def _last_readers(graph: Graph) -> dict[int, int]:
 
 
 def run_reference(
-    graph: Graph, inputs: Mapping[str, object], params: Mapping[str, object] | None = None
+    graph: Graph,
+    inputs: Mapping[str, object],
+    params: Mapping[str, object] | None = None,
+    state: Mapping[str, np.ndarray] | None = None,
 ) -> list[np.ndarray]:
-    """The outputs of `graph` for `inputs` and `params`, in output order.
+    """The outputs of `graph` for `inputs` and `params`, in output order (state updates
+    included), states read from `state` (name -> array; zeros for a missing name).
 
     RunError (from `bind_feeds`) names a missing, extra or mistyped input or param before
     any op runs; a kernel's run-time RunError names its node (see runtime.kernels)."""
     feeds = bind_feeds(graph, inputs, params)
+    feeds.update(state_feeds(graph, state))
     last = _last_readers(graph)
     outputs = set(graph.outputs)
     values: dict[int, np.ndarray] = {}

@@ -1,0 +1,205 @@
+"""Multi-entry programs: several graphs compiled together into one `MultiProgram`.
+
+Generation runs a prefill over the prompt (at a few prompt-length buckets) and then a
+decode step per token, all reading and updating one KV cache. Compiled separately they
+would hold separate weight copies and separate caches. `compile_entries` (and
+`tg.compile` given a dict of graphs) compiles every entry with the same options and
+makes them share:
+
+- the state region: one layout (`plan.state_layout`: name -> offset) computed from the
+  states of every entry, so each state sits at the same offset in every entry's plan;
+  a state declared by several entries must have one shape and dtype;
+- the weights: bound params with equal contents (same dtype, shape and bytes, whatever
+  the name: a weight folded the same way in two entries included) are one array,
+  stored once in a saved file and converted once per device by the MLX backend;
+- the activation arena: entries run one at a time, so one arena of the largest
+  entry's size serves them all (`arena_size`). Each entry is planned exactly as it
+  would be compiled alone, so the shared arena is never larger than the largest
+  entry's own.
+
+Invariants: every entry's plan carries the same `state_layout` and `state_size`, and
+the layout's states are disjoint and inside the region; a State from `new_state`
+holds every state of every entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from collections.abc import Mapping
+
+import numpy as np
+from attrs import frozen
+
+from tensorgraph.errors import GraphError, PlanError, RunError
+from tensorgraph.ir.graph import Graph
+from tensorgraph.planner.buffers import align_up
+
+
+@frozen(eq=False)
+class MultiProgram:
+    """Compiled entries (name -> Program) sharing weights, state region and arena (see
+    the module docstring). Build with `compile_entries` or `MultiProgram.assemble`."""
+
+    entries: Mapping[str, object]
+
+    @classmethod
+    def assemble(cls, entries: Mapping[str, object]) -> MultiProgram:
+        """The MultiProgram of compiled `entries` (name -> Program), checked: at least
+        one entry, one state layout for all, the layout's states disjoint. Equal
+        weights are made one array."""
+        if not entries:
+            raise GraphError("a multi-entry program needs at least one entry")
+        plans = [p.plan for p in entries.values()]
+        layout, size = plans[0].state_layout, plans[0].state_size
+        for name, program in entries.items():
+            if program.plan.state_layout != layout or program.plan.state_size != size:
+                raise PlanError(f"entry {name!r} has another state layout than the others")
+        _check_layout(entries, layout, size)
+        _share_weights(entries)
+        return cls(dict(entries))
+
+    # ------------------------------------------------------------ sizes
+
+    @property
+    def arena_size(self) -> int:
+        """Bytes of the shared activation arena: the largest entry's arena."""
+        return max(p.plan.arena_size for p in self.entries.values())
+
+    @property
+    def state_size(self) -> int:
+        return next(iter(self.entries.values())).plan.state_size
+
+    @property
+    def state_layout(self) -> dict[str, int]:
+        return dict(next(iter(self.entries.values())).plan.state_layout)
+
+    @property
+    def constant_size(self) -> int:
+        """Bytes of the shared constant segment: every distinct weight and constant of
+        the entries once, each aligned as the entries' plans align them."""
+        seen: dict[int, int] = {}
+        for program in self.entries.values():
+            graph, plan = program.graph, program.plan
+            for root in plan.liveness.constants:
+                node = graph.node(root)
+                value = graph.param_values.get(node.name) if node.op == "param" else None
+                key = id(value) if value is not None else hash(node)
+                seen[key] = align_up(node.nbytes, plan.alignment)
+        return sum(seen.values())
+
+    @property
+    def total_size(self) -> int:
+        """Bytes the program needs in all: arena + constants + state region."""
+        return self.arena_size + self.constant_size + self.state_size
+
+    # ------------------------------------------------------------ running
+
+    def entry(self, name: str) -> object:
+        """The Program of entry `name` (RunError naming the entries otherwise)."""
+        if name not in self.entries:
+            raise RunError(f"no entry {name!r}; entries: {', '.join(self.entries)}")
+        return self.entries[name]
+
+    def run(
+        self,
+        entry: str,
+        inputs: Mapping[str, object],
+        params: Mapping[str, object] | None = None,
+        backend: str = "mlx",
+        *,
+        state: object | None = None,
+        **options: object,
+    ) -> list:
+        """Run entry `entry` as `Program.run` does, on `state` (None: this program's
+        own State for `backend`, shared by all entries)."""
+        program = self.entry(entry)
+        if state is None:
+            state = self.state(backend)
+        return program.run(inputs, params, backend, state=state, **options)
+
+    def new_state(self, backend: str = "mlx") -> object:
+        """A fresh `State` (zeros) holding every state of every entry, for `backend`."""
+        from tensorgraph.runtime.state import State, state_specs
+
+        specs = state_specs(p.graph for p in self.entries.values())
+        return State(specs, self.state_layout, self.state_size, backend)
+
+    def state(self, backend: str = "mlx") -> object:
+        """This program's own State for `backend` (zeros at first, kept across calls)."""
+        from tensorgraph.compiler import _DEFAULT_STATES
+
+        states = _DEFAULT_STATES.setdefault(self, {})
+        if backend not in states:
+            states[backend] = self.new_state(backend)
+        return states[backend]
+
+    def reset_state(self) -> None:
+        from tensorgraph.compiler import _DEFAULT_STATES
+
+        for state in _DEFAULT_STATES.get(self, {}).values():
+            state.reset()
+
+    # ------------------------------------------------------------ reading and saving
+
+    def report(self) -> str:
+        """Each entry's arena, lower bound and steps, then the shared memory."""
+        from tensorgraph.planner.report import format_multi_report
+
+        return format_multi_report(self)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write every entry, the shared weights once (see tensorgraph.program_io)."""
+        from tensorgraph.program_io import save
+
+        save(self, path)
+
+    def __repr__(self) -> str:
+        return (
+            f"<MultiProgram {', '.join(self.entries)}: arena {self.arena_size} B, "
+            f"constants {self.constant_size} B, state {self.state_size} B>"
+        )
+
+
+def _check_layout(entries: Mapping[str, object], layout: Mapping[str, int], size: int) -> None:
+    spans = {}
+    for program in entries.values():
+        for node in program.graph.states:
+            spans[node.name] = (layout[node.name], layout[node.name] + node.nbytes)
+    ordered = sorted(spans.items(), key=lambda item: item[1])
+    for (a, (_, a_end)), (b, (b_low, _)) in itertools.pairwise(ordered):
+        if b_low < a_end:
+            raise PlanError(f"states {a!r} and {b!r} overlap in the state region")
+    if ordered and ordered[-1][1][1] > size:
+        raise PlanError(f"state {ordered[-1][0]!r} reaches past the {size}-byte state region")
+
+
+def _share_weights(entries: Mapping[str, object]) -> None:
+    """Make bound params with equal contents one array across the entries' graphs (the
+    values are equal, so no result changes; only memory and files shrink)."""
+    canonical: dict[tuple, np.ndarray] = {}
+    for program in entries.values():
+        values = program.graph.param_values
+        for name, value in values.items():
+            key = (value.dtype.str, value.shape, hashlib.sha1(value.tobytes()).digest())
+            values[name] = canonical.setdefault(key, value)
+
+
+def compile_entries(graphs: Mapping[str, Graph], **options: object) -> MultiProgram:
+    """Compile every graph of `graphs` (entry name -> Graph) with `options` (those of
+    `tg.compile`) into one MultiProgram (see the module docstring). GraphError when
+    `graphs` is empty, an entry is not a Graph, or a state is declared with two shapes
+    or dtypes."""
+    from tensorgraph.compiler import compile as compile_one
+    from tensorgraph.planner.plan import state_layout
+
+    if not isinstance(graphs, Mapping) or not graphs:
+        raise GraphError("compile needs a Graph or a non-empty dict of entry name -> Graph")
+    for name, graph in graphs.items():
+        if not isinstance(name, str) or not isinstance(graph, Graph):
+            raise GraphError(f"entry {name!r}: expected a name and a Graph, got {graph!r}")
+    alignment = options.get("alignment", 64)
+    states = state_layout(list(graphs.values()), alignment if isinstance(alignment, int) else 1)
+    entries = {name: compile_one(g, states=states, **options) for name, g in graphs.items()}
+    return MultiProgram.assemble(entries)
