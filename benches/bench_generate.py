@@ -8,9 +8,10 @@ head_dim) cache allocated once, each step's k/v written at row pos by mx.slice_u
 is one mx.compile'd step with pos as an mx.array and a bool mask over the whole cache
 (shape-stable, so traced once). tensorgraph runs `generate` (default MLX mode). All three
 must produce the same token ids. Decode time is the min over runs of the decode loop
-(tokens - 1 steps, each ending with the argmax on the host); memory is MLX's peak
-(weights and caches included) during the decode loop, against the plan's shared arena +
-weights + state. Also: the multi-entry program's arena vs each entry compiled alone.
+(tokens - 1 steps, each ending with the argmax on the host), tensorgraph's loop being
+the one `generate` runs. Memory is MLX's peak (weights and caches included) during the
+decode loop, each contender measured alone in a fresh process, against the plan's shared
+arena + weights + state. Also: the multi-entry program's arena vs each entry alone.
 
     python benches/bench_generate.py [--config default|dispatch] [--tokens 64] [--runs 5]
                                      [--device cpu|gpu] [--figures benches/FIGURES-C.md]
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -160,10 +163,19 @@ def tg_generate(program, prompt: np.ndarray, tokens: int, device: str):
     return np.stack(out, axis=1), seconds, mx.get_peak_memory()
 
 
-def best_of(run, runs: int):
-    """The fastest of `runs` runs after one warm-up run (tokens, seconds, peak)."""
-    run()
-    return min((run() for _ in range(runs)), key=lambda r: r[1])
+def best_of(runs: dict, count: int) -> dict:
+    """Each contender's fastest of `count` runs (tokens, seconds, peak), after one warm-up
+    run each. The runs are interleaved, one of each contender per round, so the other
+    work on a shared machine slows them all alike."""
+    for run in runs.values():
+        run()
+    best: dict = {}
+    for _ in range(count):
+        for name, run in runs.items():
+            result = run()
+            if name not in best or result[1] < best[name][1]:
+                best[name] = result
+    return best
 
 
 def arena_alone(entries: dict[str, tg.Graph]) -> dict[str, int]:
@@ -175,40 +187,62 @@ BUCKETS = (32, 128, 512)
 MAX_SEQ = 512
 
 
+CONTENDERS = ("tensorgraph mlx (default)", "hand-written eager (mlx-lm)", "hand-written mx.compile")
+
+
+def contender(name: str, config: LlamaConfig, prompt: np.ndarray, args, program=None):
+    """The run() of contender `name` (tokens, decode seconds, decode peak bytes)."""
+    if name == CONTENDERS[0]:
+        return lambda: tg_generate(program, prompt, args.tokens, args.device)
+    hand = HandWritten(llama_weights(config, 0), config, MAX_SEQ)
+    compiled = name == CONTENDERS[2]
+    return lambda: hand_generate(hand, prompt, args.tokens, compiled)
+
+
+def peak_alone(name: str, args) -> int:
+    """MLX's peak bytes during the decode loop of contender `name`, measured in a fresh
+    process holding nothing but that contender (its weights, caches and activations)."""
+    command = [sys.executable, __file__, "--memory-of", name, "--config", args.config]
+    command += ["--prompt-len", str(args.prompt_len), "--tokens", str(args.tokens)]
+    command += ["--device", args.device]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", choices=tuple(CONFIGS), default="default")
     parser.add_argument("--prompt-len", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--figures", type=Path, default=None, help="append the figures here")
+    parser.add_argument("--memory-of", choices=CONTENDERS, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     mx.set_default_device(mx.cpu if args.device == "cpu" else mx.gpu)
     config = CONFIGS[args.config]
-    weights = llama_weights(config, 0)
     prompt = np.random.default_rng(0).integers(0, config.vocab, (config.batch, args.prompt_len))
     prompt = prompt.astype(np.int32)
+    entries = llama_generation(config, max_seq=MAX_SEQ, buckets=BUCKETS)
+    if args.memory_of:
+        program = tg.compile(entries) if args.memory_of == CONTENDERS[0] else None
+        run = contender(args.memory_of, config, prompt, args, program)
+        run()
+        print(run()[2])
+        return
 
     began = time.perf_counter()
-    entries = llama_generation(config, max_seq=MAX_SEQ, buckets=BUCKETS)
     program = tg.compile(entries)
     compile_seconds = time.perf_counter() - began
     alone = arena_alone(entries)
-
-    hand = HandWritten(weights, config, MAX_SEQ)
-    contenders = {
-        "tensorgraph mlx (default)": lambda: tg_generate(program, prompt, args.tokens, args.device),
-        "hand-written eager (mlx-lm)": lambda: hand_generate(hand, prompt, args.tokens, False),
-        "hand-written mx.compile": lambda: hand_generate(hand, prompt, args.tokens, True),
-    }
-    results = {name: best_of(run, args.runs) for name, run in contenders.items()}
+    runs = {name: contender(name, config, prompt, args, program) for name in CONTENDERS}
+    results = best_of(runs, args.runs)
+    peaks = {name: peak_alone(name, args) for name in CONTENDERS}
     via_generate = generate(program, prompt, args.tokens, backend="mlx", device=args.device)
 
     steps = config.batch * (args.tokens - 1)
-    tokens = {name: r[0] for name, r in results.items()}
-    agree = all(np.array_equal(t, via_generate.tokens) for t in tokens.values())
-    best_hand = min(results[n][1] for n in results if n.startswith("hand"))
+    agree = all(np.array_equal(r[0], via_generate.tokens) for r in results.values())
+    best_hand = min(results[n][1] for n in CONTENDERS[1:])
     plan = program.arena_size + program.constant_size + program.state_size
     lines = [
         f"Llama {config.layers} layers, dim {config.dim}, {config.heads} heads, hidden "
@@ -218,10 +252,10 @@ def main() -> None:
         f"{'contender':<30} {'decode tok/s':>12} {'vs best hand':>12} {'peak MiB':>9} "
         f"{'vs plan':>8}",
     ]
-    for name, (_, seconds, peak) in results.items():
+    for name, (_, seconds, _) in results.items():
         lines.append(
             f"{name:<30} {steps / seconds:>12.1f} {best_hand / seconds:>12.3f} "
-            f"{peak / 2**20:>9.2f} {peak / plan:>8.3f}"
+            f"{peaks[name] / 2**20:>9.2f} {peaks[name] / plan:>8.3f}"
         )
     lines += [
         f"generate(): prefill {via_generate.prefill_tokens_per_second:.1f} tok/s, decode "
@@ -239,11 +273,9 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.figures:
+        command = f"python benches/bench_generate.py --config {args.config} --device {args.device}"
         with args.figures.open("a") as out:
-            out.write(
-                f"```\n$ python benches/bench_generate.py --config {args.config} "
-                f"--device {args.device}\n{text}\n```\n\n"
-            )
+            out.write(f"```\n$ {command}\n{text}\n```\n\n")
 
 
 if __name__ == "__main__":
