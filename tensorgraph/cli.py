@@ -430,26 +430,82 @@ def _buckets(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
-def _generation_entries(args: argparse.Namespace) -> tuple[dict, object, dict]:
-    """(entries, the zoo LlamaConfig, its weights) for `generate`'s MODEL."""
-    from tensorgraph.models.generation import llama_generation, llama_weights
+@frozen
+class _GenerationModel:
+    """What `generate` runs and checks: the entries, the vocabulary size, and the
+    expected token ids (batch, tokens) for a prompt (n,), named by `oracle`."""
+
+    entries: dict
+    vocab: int
+    expected: object
+    oracle: str
+
+
+def _zoo_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _GenerationModel:
+    from tensorgraph.models.generation import llama_generation, llama_weights, reference_generate
     from tensorgraph.models.llama import LlamaConfig
 
-    if args.model == "hf-llama":
-        raise UsageError(
-            "hf-llama needs tensorgraph.importers.generation.from_torch_generation, which "
-            "this build does not have yet; use MODEL llama"
-        )
     config = LlamaConfig()
-    entries = llama_generation(config, max_seq=args.max_seq, buckets=args.buckets, seed=args.seed)
-    return entries, config, llama_weights(config, args.seed)
+    entries = llama_generation(config, max_seq=args.max_seq, buckets=buckets, seed=args.seed)
+    weights = llama_weights(config, args.seed)
+
+    def expected(prompt: np.ndarray, tokens: int) -> np.ndarray:
+        return reference_generate(config, weights, prompt, tokens).tokens
+
+    return _GenerationModel(entries, config.vocab, expected, "the NumPy reference")
+
+
+HF_LLAMA = {  # a small transformers LlamaConfig: grouped-query heads, random weights
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
+
+
+def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _GenerationModel:
+    try:
+        import torch
+        import transformers
+
+        from tensorgraph.importers.generation import from_torch_generation
+
+        llama_config, llama_model = transformers.LlamaConfig, transformers.LlamaForCausalLM
+    except ImportError as err:  # transformers imports its models lazily, on attribute access
+        detail = str(err).splitlines()[0]
+        raise UsageError(
+            f"hf-llama needs torch, transformers and tensorgraph.importers.generation "
+            f"({detail}); use MODEL llama"
+        ) from err
+    torch.manual_seed(args.seed)
+    config = llama_config(**HF_LLAMA, max_position_embeddings=args.max_seq)
+    model = llama_model(config).eval()
+    entries = from_torch_generation(model, max_seq=args.max_seq, prompt_buckets=buckets)
+
+    def expected(prompt: np.ndarray, tokens: int) -> np.ndarray:
+        ids = torch.tensor(prompt[None].astype(np.int64))
+        with torch.no_grad():  # no EOS stop: exactly `tokens` new ids, as ours
+            out = model.generate(
+                ids,
+                max_new_tokens=tokens,
+                min_new_tokens=tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        return out[:, prompt.shape[0] :].numpy().astype(np.int32)
+
+    return _GenerationModel(entries, config.vocab_size, expected, "transformers generate")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Greedy generation with a multi-entry program (prefill buckets + decode sharing
     weights, KV-cache state and one arena), checked token for token against the plain
-    NumPy reference loop. Lengths are checked before anything is compiled."""
-    from tensorgraph.models.generation import choose_bucket, generate, reference_generate
+    NumPy reference loop (llama) or transformers' own greedy generate (hf-llama). Lengths
+    are checked before anything is compiled."""
+    from tensorgraph.models.generation import choose_bucket, generate
     from tensorgraph.planner.report import human
 
     fitting = tuple(b for b in args.buckets if b <= args.max_seq)
@@ -457,13 +513,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"no bucket of {list(args.buckets)} fits --max-seq {args.max_seq}")
     choose_bucket(fitting, args.max_seq, args.prompt_len, args.tokens)  # before compiling
     began = time.perf_counter()
-    entries, config, weights = _generation_entries(args)
-    program = compile(entries)
+    model = (_hf_llama if args.model == "hf-llama" else _zoo_llama)(args, fitting)
+    program = compile(model.entries)
     print(
-        f"{args.model}: entries {', '.join(entries)} (max_seq {args.max_seq}) compiled in "
-        f"{time.perf_counter() - began:.2f} s"
+        f"{args.model}: entries {', '.join(model.entries)} (max_seq {args.max_seq}) compiled "
+        f"in {time.perf_counter() - began:.2f} s"
     )
-    prompt = np.random.default_rng(args.seed).integers(0, config.vocab, args.prompt_len)
+    prompt = np.random.default_rng(args.seed).integers(0, model.vocab, args.prompt_len)
     if args.backend == "mlx":  # the first calls trace each entry: not what tok/s measures
         generate(program, prompt, args.tokens, backend=args.backend)
     result = generate(program, prompt, args.tokens, backend=args.backend)
@@ -485,15 +541,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
         f"memory shared: weights {human(memory.weights)}, state {human(memory.state)}, "
         f"arena max {human(memory.arena)}, total {human(memory.total)}"
     )
-    expected = reference_generate(config, weights, prompt, args.tokens).tokens
+    expected = model.expected(prompt, args.tokens)
     if not np.array_equal(result.tokens, expected):
         step = int(np.argmax((result.tokens != expected).any(axis=0)))
         print(
-            f"tokens match the NumPy reference: NO (first difference at new token {step}: "
+            f"tokens match {model.oracle}: NO (first difference at new token {step}: "
             f"{result.tokens[:, step].tolist()} vs {expected[:, step].tolist()})"
         )
         return 1
-    print("tokens match the NumPy reference: yes")
+    print(f"tokens match {model.oracle}: yes")
     return 0
 
 

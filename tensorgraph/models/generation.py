@@ -277,7 +277,8 @@ def choose_bucket(buckets: Sequence[int], max_seq: int, prompt_length: int, new_
 
 def generation_layout(program: object) -> GenerationLayout:
     """The layout of a program compiled from `llama_generation`'s entries (or any with the
-    same entry names and inputs). RunError when an entry is missing."""
+    same entry names and inputs named as in INPUT_ROLES, whose first 4-D state is a
+    (batch, heads, max_seq, head_dim) cache). RunError when an entry is missing."""
     entries = program.entries
     buckets = sorted(int(n[len("prefill") :]) for n in entries if n.startswith("prefill"))
     if "decode" not in entries or not buckets:
@@ -286,10 +287,36 @@ def generation_layout(program: object) -> GenerationLayout:
             f"{sorted(entries)}"
         )
     decode = entries["decode"].graph
-    token = next(n for n in decode.inputs if n.name == "token")
+    token = next(n for n in decode.inputs if INPUT_ROLES.get(n.name) == "ids")
     logits = decode.node(decode.returned[0])
-    max_seq = decode.states[0].shape[2]
+    max_seq = next(n.shape[2] for n in decode.states if len(n.shape) == 4)
     return GenerationLayout(tuple(buckets), max_seq, token.shape[0], logits.shape[-1])
+
+
+# What each entry input is, by name: the zoo entries' names and those of
+# `tensorgraph.importers.generation.from_torch_generation` (int64 ids and positions).
+INPUT_ROLES = {
+    "tokens": "ids",
+    "token": "ids",
+    "input_ids": "ids",
+    "pos": "position",
+    "position": "position",
+    "length": "length",
+}
+
+
+def _feeds(graph: tg.Graph, values: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Each input of the entry `graph` fed its role's value, in the input's dtype."""
+    feeds = {}
+    for node in graph.inputs:
+        role = INPUT_ROLES.get(node.name)
+        if role is None:
+            raise RunError(
+                f"entry {graph.name!r}: input {node.name!r} is none of the generation inputs "
+                f"{sorted(INPUT_ROLES)}"
+            )
+        feeds[node.name] = np.array(values[role], node.dtype.to_numpy(), order="C")
+    return feeds
 
 
 def generation_memory(program: object) -> GenerationMemory:
@@ -320,9 +347,10 @@ def generate(
     **backend_options: object,
 ) -> GenerationResult:
     """Greedy generation of `tokens` new token ids after `prompt` ((n,) or (batch, n) ids)
-    with a program compiled from `llama_generation`'s entries: the prompt, padded with id
-    0, runs the smallest prefill bucket >= n, then `tokens - 1` decode steps at positions
-    n, n + 1, ... each feed the previous token. `state` (default: a fresh
+    with a program compiled from `llama_generation`'s entries (or from_torch_generation's:
+    inputs are fed by name, see INPUT_ROLES): the prompt, padded with id 0, runs the
+    smallest prefill bucket >= n at position 0, then `tokens - 1` decode steps at
+    positions n, n + 1, ... each feed the previous token. `state` (default: a fresh
     `program.new_state(backend)`) holds the KV caches; options go to the backend.
 
     Bad lengths (see GenerationLayout.bucket_for) raise RunError before any call, so the
@@ -336,20 +364,18 @@ def generate(
     padded[:, :length] = ids
     out = np.empty((layout.batch, tokens), np.int32)
 
-    def call(entry: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        (logits,) = program.run(entry, inputs, backend=backend, state=state, **backend_options)
-        return np.argmax(np.asarray(logits), axis=-1).astype(np.int32)
+    def call(entry: str, ids: np.ndarray, position: int) -> np.ndarray:
+        roles = {"ids": ids, "position": position, "length": length}
+        feeds = _feeds(program.entries[entry].graph, roles)
+        (logits,) = program.run(entry, feeds, backend=backend, state=state, **backend_options)
+        return np.argmax(np.asarray(logits).reshape(layout.batch, -1), axis=-1)
 
     began = time.perf_counter()
-    out[:, 0] = call(f"prefill{bucket}", {"tokens": padded, "length": np.array(length, np.int32)})
+    out[:, 0] = call(f"prefill{bucket}", padded, 0)
     prefill_seconds = time.perf_counter() - began
     began = time.perf_counter()
     for step in range(1, tokens):
-        feeds = {
-            "token": np.ascontiguousarray(out[:, step - 1 : step]),
-            "pos": np.array(length + step - 1, np.int32),
-        }
-        out[:, step] = call("decode", feeds)
+        out[:, step] = call("decode", out[:, step - 1 : step], length + step - 1)
     decode_seconds = time.perf_counter() - began
     return GenerationResult(
         out, length, bucket, prefill_seconds, decode_seconds, generation_memory(program), state
