@@ -137,12 +137,56 @@ def _rope_tables(node: Node, length: int) -> tuple[mx.array, mx.array]:
     return _ROPE_TABLES[key]
 
 
-def _rope_composite(node: Node, x: mx.array) -> mx.array:
+_INVERSE_FREQUENCIES: dict[tuple[int, float], mx.array] = {}
+# Tables of a run-time offset, per offset array: (offset, cos, sin) by (id(offset), dims,
+# base, scale, length). The rope ops of one model (2 per layer) get the same offset array
+# from the executor, so they share one table computation in a trace (or an eager run).
+# Each entry holds its offset array, so no other array can have that id while the entry
+# lives: a hit is always the same (immutable) array, whose tables these are.
+_RUN_TIME_TABLES: OrderedDict[tuple, tuple[mx.array, mx.array, mx.array]] = OrderedDict()
+RUN_TIME_TABLES_KEPT = 16
+
+
+def _inverse_frequencies(dims: int, base: float) -> mx.array:
+    """base^(-2i/dims), i < dims/2, float32, computed once per (dims, base)."""
+    inv_freq = _INVERSE_FREQUENCIES.get((dims, base))
+    if inv_freq is None:
+        inv_freq = base ** (-mx.arange(0, dims, 2, dtype=mx.float32) / dims)
+        mx.eval(inv_freq)
+        _INVERSE_FREQUENCIES[dims, base] = inv_freq
+    return inv_freq
+
+
+def _rope_tables_at(node: Node, length: int, offset: mx.array) -> tuple[mx.array, mx.array]:
+    """The cos and sin tables of `_rope_tables` for a run-time offset (an integer array
+    of one element), computed on the device in the same float32 steps (so equal, bit
+    for bit, to the table of the same int offset): once per offset array and table
+    (see _RUN_TIME_TABLES), not once per rope op."""
+    dims, base, scale = node.attr("dims"), node.attr("base"), node.attr("scale")
+    key = (id(offset), dims, base, scale, length)
+    kept = _RUN_TIME_TABLES.get(key)
+    if kept is not None:
+        _RUN_TIME_TABLES.move_to_end(key)
+        return kept[1], kept[2]
+    positions = mx.arange(length, dtype=mx.float32) + offset.reshape(()).astype(mx.float32)
+    angles = (positions * scale)[:, None] * _inverse_frequencies(dims, base)[None, :]
+    cos, sin = mx.cos(angles), mx.sin(angles)
+    _RUN_TIME_TABLES[key] = (offset, cos, sin)
+    if len(_RUN_TIME_TABLES) > RUN_TIME_TABLES_KEPT:
+        _RUN_TIME_TABLES.popitem(last=False)
+    return cos, sin
+
+
+def _rope_composite(node: Node, x: mx.array, offset: mx.array | None) -> mx.array:
     """`mx.fast.rope` written out in float32: features [0, dims) rotate by angle
     (offset + l) * scale * base^(-2i/dims), as halves (or adjacent pairs when
-    traditional); features from dims on pass through."""
+    traditional); features from dims on pass through. `offset`: the run-time offset
+    operand, or None for the attribute's."""
     dims = node.attr("dims")
-    cos, sin = _rope_tables(node, x.shape[-2])
+    if offset is None:
+        cos, sin = _rope_tables(node, x.shape[-2])
+    else:
+        cos, sin = _rope_tables_at(node, x.shape[-2], offset)
     wide = x.astype(mx.float32)
     rotated, rest = wide[..., :dims], wide[..., dims:]
     if node.attr("traditional"):
@@ -159,8 +203,9 @@ def _rope_composite(node: Node, x: mx.array) -> mx.array:
 
 def _rope(node: Node, args: list[mx.array]) -> mx.array:
     x = args[0]
+    offset = args[1] if len(args) == 2 else None
     if _composite():
-        return _rope_composite(node, x)
+        return _rope_composite(node, x, offset)
     shape = x.shape
     if x.ndim < 3:
         x = x.reshape(1, *shape)
@@ -170,7 +215,7 @@ def _rope(node: Node, args: list[mx.array]) -> mx.array:
         traditional=node.attr("traditional"),
         base=node.attr("base"),
         scale=node.attr("scale"),
-        offset=node.attr("offset"),
+        offset=node.attr("offset") if offset is None else offset.reshape(()),
     )
     return y.reshape(shape)
 

@@ -3,9 +3,10 @@ gather), `gather` (torch's) and `slice_update`, registered in
 `codegen_mlx.lowering.LOWERINGS`.
 
 MLX's gathers do no bounds check (an index outside the axis reads out of bounds or
-crashes the process) and mx.slice_update segfaults on an update of another rank, so:
-indices outside the op's valid range are replaced by 0 before MLX sees them (guards.py
-reports them as the oracle's RunError), and a mis-ranked update is refused here.
+crashes the process) and mx.slice_update segfaults on an update of another rank or
+from a start past the axis, so: indices outside the op's valid range are replaced by 0
+and a run-time start is clamped into range before MLX sees them (guards.py reports
+them as the oracle's RunError), and a mis-ranked update is refused here.
 """
 
 from __future__ import annotations
@@ -22,11 +23,16 @@ from tensorgraph.ir.node import Node, describe
 
 
 def _slice_update(node: Node, args: Sequence[mx.array]) -> mx.array:
+    """`update` written into `target` from the start along the axis: the attribute, or
+    the third operand (a run-time start). mx.slice_update writes out of bounds (or
+    crashes the process) from a start past the axis, so a run-time start is clamped
+    into [0, extent - rows] before MLX sees it; guards.py reports the unclamped value
+    as the oracle's RunError, before the executor hands back any result."""
     # Functional: a new array. (`target[...] = update` would rebind the caller's object,
     # which other readers of the same value may still hold.) MLX donates the target's
     # buffer to the result when the executor has dropped every other reference.
-    target, update = args
-    axis, start = node.attr("axis"), node.attr("start")
+    target, update = args[:2]
+    axis = node.attr("axis")
     if update.ndim != target.ndim or target.shape != node.shape:
         # mx.slice_update segfaults on an update of another rank: refuse it here, whatever
         # produced it (a 0-d `take` index once did), rather than crash the process.
@@ -36,7 +42,11 @@ def _slice_update(node: Node, args: Sequence[mx.array]) -> mx.array:
         )
     if update.size == 0:
         return target
-    start_indices = mx.array([start], dtype=mx.int32)
+    if len(args) == 3:
+        last = target.shape[axis] - update.shape[axis]  # inference keeps it >= 0
+        start_indices = mx.clip(args[2].reshape(1), 0, last)
+    else:
+        start_indices = mx.array([node.attr("start")], dtype=mx.int32)
     return mx.slice_update(target, update, start_indices=start_indices, axes=(axis,))
 
 

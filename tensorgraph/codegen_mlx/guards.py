@@ -1,5 +1,6 @@
 """Run-time preconditions the NumPy oracle enforces and MLX does not: `take` indices in
-[-size, size), `gather` indices in [0, size), non-negative exponents of an integer `pow`,
+[-size, size), `gather` indices in [0, size), a run-time `slice_update` start with
+0 <= start and start + rows <= extent, non-negative exponents of an integer `pow`,
 and non-zero divisors of an integer remainder, fmod or floor_divide. Where the oracle raises
 RunError the MLX backend must raise the same RunError, never return zeros or garbage.
 
@@ -36,7 +37,13 @@ from tensorgraph.codegen_mlx.arrays import MX_DTYPES
 from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
-from tensorgraph.runtime.kernels import constant_value, evaluate
+from tensorgraph.runtime.kernels import (
+    constant_value,
+    evaluate,
+    position_value,
+    slice_start_fits,
+    slice_start_message,
+)
 
 
 @frozen
@@ -146,6 +153,41 @@ def _pow_message(node: Node, culprits: tuple[int, ...]) -> str:
     return f"{describe(node)}: integer power with the negative exponent {culprits[0]}"
 
 
+# ---------------------------------------------------------------- slice_update
+
+
+def _slice_update_can_break(node: Node, graph: Graph) -> bool:
+    # Only a run-time start (a third operand) can be out of range: inference checked
+    # an attribute start when the node was built.
+    return len(node.inputs) == 3
+
+
+def _slice_update_fit(node: Node, graph: Graph) -> tuple[int, int]:
+    """(rows written, extent of the axis) of a slice_update."""
+    axis = node.attr("axis")
+    target, update = (graph.node(i) for i in node.inputs[:2])
+    return update.shape[axis], target.shape[axis]
+
+
+def _slice_update_violation(node: Node, graph: Graph, start: np.ndarray) -> tuple[int, ...] | None:
+    rows, extent = _slice_update_fit(node, graph)
+    value = position_value(start)
+    return None if slice_start_fits(value, rows, extent) else (value, rows, extent)
+
+
+def _slice_update_verdict(node: Node, args: Sequence[mx.array]) -> mx.array:
+    axis = node.attr("axis")
+    rows, extent = args[1].shape[axis], args[0].shape[axis]
+    start = args[2].reshape(-1)[0].astype(mx.int64)
+    bad = mx.logical_or(start < 0, start + rows > extent).astype(mx.int64)
+    return mx.stack([bad, start, mx.array(rows, mx.int64), mx.array(extent, mx.int64)])
+
+
+def _slice_update_message(node: Node, culprits: tuple[int, ...]) -> str:
+    start, rows, extent = culprits
+    return slice_start_message(node, start, rows, extent)
+
+
 # ---------------------------------------------------------------- integer division
 
 
@@ -177,6 +219,13 @@ GUARDS: dict[str, Guard] = {
     "take": Guard(1, _take_can_break, _take_violation, _take_verdict, _take_message),
     "gather": Guard(1, _gather_can_break, _gather_violation, _gather_verdict, _take_message),
     "pow": Guard(1, _pow_can_break, _pow_violation, _pow_verdict, _pow_message),
+    "slice_update": Guard(
+        2,
+        _slice_update_can_break,
+        _slice_update_violation,
+        _slice_update_verdict,
+        _slice_update_message,
+    ),
     "remainder": _DIVISION,
     "fmod": _DIVISION,
     "floor_divide": _DIVISION,

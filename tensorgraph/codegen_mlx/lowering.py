@@ -348,4 +348,4 @@ _TABLE.update(gathers.TABLE)
 _TABLE.update(math_lowering.TABLE)
 _TABLE.update(pooling.TABLE)
 LOWERINGS: dict[str, Lowering] = {op: _lowered(op, fn) for op, fn in _TABLE.items()}
-from tensorgraph.codegen_mlx import fused  # noqa: E402, F401  (adds the fused ops to LOWERINGS)
+from tensorgraph.codegen_mlx import fused, update_lowering  # noqa: E402, F401  (add to LOWERINGS)

@@ -19,8 +19,13 @@ the node's stack trace outside torch). A graph with problems is never returned.
 
 Parameters, buffers (persistent or not, e.g. a rotary `inv_freq`) and lifted constants
 become params bound to their values; user inputs become inputs named after the export's
-placeholders. Computations on weights alone are then folded into params (`passes.fold`),
-as ExecuTorch's constant propagation does. Needs the `torch` extra.
+placeholders. A buffer the program mutates (its BUFFER_MUTATION outputs: a static KV
+cache, see importers.generation) becomes a state named after the buffer (`g.state`), and
+the mutation's value its update (`g.update_state`), so one call's write is the next
+call's read; such a buffer must hold zeros (a state starts so), and any other mutation
+(of a user input, of a parameter) is a problem. Computations on weights alone are then
+folded into params (`passes.fold`), as ExecuTorch's constant propagation does. Needs the
+`torch` extra.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from tensorgraph.importers import aten_fused as _aten_fused  # noqa: F401
 from tensorgraph.importers import aten_index as _aten_index  # noqa: F401
 from tensorgraph.importers import aten_math as _aten_math  # noqa: F401
 from tensorgraph.importers import aten_nn as _aten_nn  # noqa: F401
+from tensorgraph.importers import aten_state as _aten_state  # noqa: F401
 from tensorgraph.importers.aten import (
     ATEN,
     DTYPES,
@@ -155,11 +161,15 @@ class _Importer:
         self.graph = tg.Graph(name)
         self.ctx = Context(self.graph)
         self.problems: list[str] = []
+        self.tensors = {**program.state_dict, **getattr(program, "constants", {})}
 
     def run(self) -> tg.Graph:
         values: dict[str, object] = {}
-        state = {**self.program.state_dict, **getattr(self.program, "constants", {})}
-        specs = {spec.arg.name: spec for spec in self.program.graph_signature.input_specs}
+        signature = self.program.graph_signature
+        specs = {spec.arg.name: spec for spec in signature.input_specs}
+        mutations = [s for s in signature.output_specs if s.kind.name == "BUFFER_MUTATION"]
+        mutated = {spec.target for spec in mutations}
+        states: dict[str, tg.Tensor] = {}
         for node in self.program.graph.nodes:
             if node.op != "placeholder":
                 continue
@@ -171,26 +181,43 @@ class _Importer:
             shape, dtype = tuple(int(d) for d in meta.shape), to_dtype(meta.dtype)
             if spec.kind.name == "USER_INPUT":
                 values[node.name] = self.graph.input(node.name, shape, dtype)
+            elif spec.target in mutated:
+                values[node.name] = states[spec.target] = self.state(node, spec.target)
             else:
-                array = state[spec.target].detach().cpu().contiguous().numpy()
                 values[node.name] = self.graph.param(
-                    spec.target, shape, dtype, np.array(array, dtype.to_numpy())
+                    spec.target, shape, dtype, np.array(self.value(spec.target), dtype.to_numpy())
                 )
         outputs = self.run_graph(self.program.graph_module, values)
+        results = {fx.name: value for fx, value in outputs if isinstance(fx, torch.fx.Node)}
+        for spec in signature.output_specs:
+            if spec.kind.name not in ("USER_OUTPUT", "BUFFER_MUTATION"):
+                self.problems.append(
+                    f"{spec.arg.name}: the program's {spec.kind.name.lower()} of "
+                    f"{spec.target!r} (only buffers may be mutated: they become states)"
+                )
         if self.problems:
             raise GraphError(
                 f"importing {self.name!r} failed at step 'import': "
                 f"{len(self.problems)} problem(s):\n  " + "\n  ".join(self.problems)
             )
-        user = {
-            spec.arg.name
-            for spec in self.program.graph_signature.output_specs
-            if spec.kind.name == "USER_OUTPUT"
-        }
-        for fx_node, value in outputs:
-            if isinstance(fx_node, torch.fx.Node) and fx_node.name in user:
-                self.graph.output(value)
+        for spec in signature.output_specs:
+            if spec.kind.name == "USER_OUTPUT":
+                self.graph.output(results[spec.arg.name])
+        for spec in mutations:
+            self.graph.update_state(states[spec.target], results[spec.arg.name])
         return fold_weights(self.graph)
+
+    def value(self, target: str) -> np.ndarray:
+        """The current value of a parameter, buffer or lifted constant, as NumPy."""
+        return self.tensors[target].detach().cpu().contiguous().numpy()
+
+    def state(self, node: torch.fx.Node, target: str) -> object:
+        """A mutated buffer as a state named `target`. A state starts as zeros, so a
+        buffer holding anything else cannot be one (a problem, listed with the rest)."""
+        meta = node.meta["val"]
+        if np.any(self.value(target)):
+            return self.fail(node, f"mutated buffer {target!r} is not all zeros (states start so)")
+        return self.graph.state(target, tuple(int(d) for d in meta.shape), to_dtype(meta.dtype))
 
     def run_graph(
         self, module: torch.fx.GraphModule, values: dict[str, object]

@@ -13,6 +13,7 @@ those builtins.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -382,9 +383,24 @@ def gather(x: Tensor, indices: Tensor, axis: int) -> Tensor:
     return emit("gather", [x, indices], axis=normalize_axis(axis, x.ndim))
 
 
-def slice_update(target: Tensor, update: Tensor, axis: int, start: int) -> Tensor:
+def slice_update(target: Tensor, update: Tensor, axis: int, start: int | Tensor) -> Tensor:
     """A copy of `target` with `update` written at `start` along `axis` (functional; the
-    reinplace pass makes it write into `target` when that buffer dies here)."""
-    return emit(
-        "slice_update", [target, update], axis=normalize_axis(axis, target.ndim), start=int(start)
-    )
+    reinplace pass makes it write into `target` when that buffer dies here).
+
+    `update` has `target`'s rank and extents except along `axis`. `start` is an int
+    (fixed when the graph is built: start + update rows must fit, a ShapeError names
+    both otherwise) or an int32/int64 scalar Tensor of shape () or (1,), a run-time
+    position (a decode step's): it becomes the node's third operand and its `start`
+    attribute is 0. Every backend then checks 0 <= start and start + rows <= extent
+    before writing anything, a RunError naming the start, the row count and the axis
+    length otherwise."""
+    axis = normalize_axis(axis, target.ndim)
+    if isinstance(start, Tensor):
+        return emit("slice_update", [target, update, start], axis=axis, start=0)
+    try:
+        position = operator.index(start)
+    except TypeError as err:
+        raise GraphError(
+            f"slice_update: start must be an int or an integer scalar Tensor but got {start!r}"
+        ) from err
+    return emit("slice_update", [target, update], axis=axis, start=position)

@@ -17,8 +17,8 @@ Semantics (the NumPy kernels in `runtime.fused_kernels` are their definition):
   axis; weight and bias are (D,).
 - `group_norm(x[, weight][, bias])`: x (N, C, ...), statistics over each of
   `num_groups` channel groups and all trailing axes; weight and bias are (C,).
-- `rope(x)`: x (..., L, D); the first `dims` features of row l are rotated by angles
-  (offset + l) * scale * base^(-2i/dims), i < dims/2, pairing feature i with i + dims/2
+- `rope(x[, offset])`: x (..., L, D); the first `dims` features of row l are rotated
+  by angles (offset + l) * scale * base^(-2i/dims), i < dims/2, pairing feature i with i + dims/2
   (`traditional=False`) or 2i with 2i + 1 (`traditional=True`); the rest pass through.
 
 Optional operands are inputs after the required ones; `has_weight` / `has_bias`
@@ -35,11 +35,13 @@ other product can be the result's own bytes).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError
 from tensorgraph.ir.dtypes import DType, bool_
+from tensorgraph.ir.inference import check_position
 from tensorgraph.ir.ops import AttrSpec, OpDef, Operand, register
 from tensorgraph.ir.shapes import Shape, numel
 
@@ -179,8 +181,17 @@ def workspace_group_norm(xs: Sequence[Operand], attrs: Mapping, shape: Shape, dt
 
 
 def infer_rope(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    (x,) = xs
+    """x (..., L, D)[, offset]: a second operand is the run-time offset (an int32/int64
+    scalar of shape () or (1,)), and then the `offset` attribute must be 0."""
+    x = xs[0]
     _float(x, "rope")
+    if len(xs) == 2:
+        check_position(xs[1])
+        if attrs["offset"] != 0:
+            raise ShapeError(
+                f"offset {attrs['offset']} given beside the run-time offset "
+                f"{xs[1].label} (the attribute must be 0 when the offset is an operand)"
+            )
     dims = attrs["dims"]
     if len(x.shape) < 2:
         raise ShapeError(f"rope needs x of shape (..., L, D) but got {x}")
@@ -247,7 +258,7 @@ register(
     OpDef(
         "rope",
         1,
-        1,
+        2,  # x[, offset]: a run-time offset is a second operand and attr offset 0
         infer_rope,
         {
             "dims": AttrSpec("int"),
@@ -345,16 +356,27 @@ def rope(
     traditional: bool = False,
     base: float = 10000.0,
     scale: float = 1.0,
-    offset: int = 0,
+    offset: int | Tensor = 0,
 ) -> Tensor:
     """Rotary position embedding of `a` (..., L, D), MLX's `fast.rope` (see the module
-    docstring for the pairing of features)."""
-    return _emit(
-        "rope",
-        [a],
-        dims=int(dims),
-        traditional=bool(traditional),
-        base=float(base),
-        scale=float(scale),
-        offset=int(offset),
-    )
+    docstring for the pairing of features). Row l is at position offset + l; `offset`
+    is an int (fixed in the graph) or an int32/int64 scalar Tensor of shape () or (1,),
+    a run-time position (a decode step's), which becomes the node's second operand with
+    the `offset` attribute 0. Any integer offset is valid, negative ones included."""
+    attrs = {
+        "dims": int(dims),
+        "traditional": bool(traditional),
+        "base": float(base),
+        "scale": float(scale),
+    }
+    from tensorgraph.ir.tensor import Tensor  # on use, as in _emit
+
+    if isinstance(offset, Tensor):
+        return _emit("rope", [a, offset], **attrs, offset=0)
+    try:
+        position = operator.index(offset)
+    except TypeError as err:
+        raise GraphError(
+            f"rope: offset must be an int or an integer scalar Tensor but got {offset!r}"
+        ) from err
+    return _emit("rope", [a], **attrs, offset=position)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from tensorgraph.errors import DTypeError, ShapeError
-from tensorgraph.ir.dtypes import DType, as_dtype, bool_, float32, int32, promote_types
+from tensorgraph.ir.dtypes import DType, as_dtype, bool_, float32, int32, int64, promote_types
 from tensorgraph.ir.shapes import Shape, broadcast_shapes, numel
 
 if TYPE_CHECKING:
@@ -273,19 +273,44 @@ def infer_gather(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     return indices.shape, x.dtype
 
 
+def check_position(position: Operand) -> None:
+    """A run-time position (slice_update's start, rope's offset): an int32 or int64
+    scalar of shape () or (1,); DTypeError/ShapeError naming it otherwise."""
+    if position.dtype not in (int32, int64):
+        raise DTypeError(
+            f"the position {position.label} is {position.dtype}; it must be int32 or int64"
+        )
+    if position.shape not in ((), (1,)):
+        raise ShapeError(f"the position {position} must have shape () or (1,)")
+
+
 def infer_slice_update(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    target, update = xs
+    """`update` written into `target` along `axis` from `start`. With two operands the
+    start is the attribute and the whole fit is checked here; with a third operand (an
+    integer scalar, the run-time start) the attribute must be 0 and only the static fit
+    is checked (equal extents off `axis`, update extent <= target extent along it): the
+    kernels check start + rows <= extent when the value is known."""
+    target, update = xs[:2]
     axis, start = attrs["axis"], attrs["start"]
     _check_axes(target, (axis,))
     fits = len(update.shape) == len(target.shape) and all(
         u == t for i, (u, t) in enumerate(zip(update.shape, target.shape, strict=True)) if i != axis
     )
-    if not fits or start < 0 or start + update.shape[axis] > target.shape[axis]:
-        raise ShapeError(
-            f"slice_update: {update} does not fit {target} at axis {axis} start {start}"
-        )
+    if len(xs) == 3:
+        check_position(xs[2])
+        if start != 0:
+            raise ShapeError(
+                f"start {start} given beside the run-time start {xs[2].label} "
+                "(the attribute must be 0 when the start is an operand)"
+            )
+        if not fits or update.shape[axis] > target.shape[axis]:
+            raise ShapeError(
+                f"{update} does not fit {target} at axis {axis} (start {xs[2].label} at run time)"
+            )
+    elif not fits or start < 0 or start + update.shape[axis] > target.shape[axis]:
+        raise ShapeError(f"{update} does not fit {target} at axis {axis} start {start}")
     if update.dtype != target.dtype:
-        raise DTypeError(f"slice_update: {update.label} is {update.dtype}, target {target.dtype}")
+        raise DTypeError(f"{update.label} is {update.dtype}, target {target.dtype}")
     return target.shape, target.dtype
 
 

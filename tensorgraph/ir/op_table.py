@@ -151,9 +151,9 @@ register(
     OpDef(
         "slice_update",
         2,
-        2,
+        3,  # target, update[, start]: a run-time start is a third operand and attr start 0
         infer_slice_update,
-        {"axis": AttrSpec("int"), "start": AttrSpec("int")},
+        {"axis": AttrSpec("int"), "start": AttrSpec("int", 0)},
         category="update",
     )
 )
@@ -273,3 +273,4 @@ register(
         category="pool",
     )
 )
+from tensorgraph.ir import updates  # noqa: E402, F401  (registers index_update)

@@ -18,7 +18,8 @@ unsafe decision:
   then runs on the merged lifetimes; the placements are kept only when the result peaks
   no higher than reinplacing without them (a placed value lives as long as its concat,
   which can cost an in-place write).
-- `reinplace`: an elementwise op, or `slice_update` over its target (operand 0), writes
+- `reinplace`: an elementwise op, or an update (`UPDATE_OPS`: slice_update,
+  index_update) over its target (operand 0), writes
   its output over operand k when, for this order, by the one liveness analysis:
   1. the operand's storage root is read by nothing after this step, through any view
      or earlier in-place alias (`last_read[root] == step`); a graph output's root lives
@@ -59,6 +60,9 @@ from tensorgraph.ir.ops import OPS, view_offset
 from tensorgraph.planner.copy_elim import place_concats
 
 ANALYSES = ("view_alias", "copy_elim", "reinplace")
+# Functional updates of their operand 0 (the target): the output is the target with some
+# elements replaced, so writing it over the target reads element i where it writes it.
+UPDATE_OPS = ("slice_update", "index_update")
 KINDS = ("view", "inplace", "concat")
 
 
@@ -130,7 +134,7 @@ def view_of(graph: Graph, node: Node) -> Alias | None:
 def inplace_slots(node: Node) -> range:
     """Operand positions `node` may write over: any operand of an elementwise op, the
     target of a slice_update; none for other ops."""
-    if node.op == "slice_update":
+    if node.op in UPDATE_OPS:
         return range(1)
     if OPS[node.op].elementwise:
         return range(len(node.inputs))
@@ -143,7 +147,7 @@ def same_mapping(node: Node, operand: Node, offset: int) -> bool:
     An elementwise op reads element i of such an operand to write element i; so does a
     slice_update of its target (and of an update as large as the target)."""
     return (
-        (OPS[node.op].elementwise or node.op == "slice_update")
+        (OPS[node.op].elementwise or node.op in UPDATE_OPS)
         and offset == 0
         and _without_leading_ones(operand.shape) == _without_leading_ones(node.shape)
         and operand.dtype == node.dtype

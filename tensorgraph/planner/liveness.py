@@ -50,7 +50,7 @@ from tensorgraph.errors import GraphError, PlanError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import OPS, workspace_bytes
-from tensorgraph.planner.aliasing import Alias, Aliasing, view_of, writable_state
+from tensorgraph.planner.aliasing import UPDATE_OPS, Alias, Aliasing, view_of, writable_state
 from tensorgraph.planner.buffers import Buffer, align_up
 from tensorgraph.planner.copy_elim import concat_slots
 
@@ -166,7 +166,7 @@ def _aliased_storage(
             alias.offset != 0
             or source.nbytes != node.nbytes
             or source.dtype != node.dtype
-            or not (OPS[node.op].elementwise or node.op == "slice_update")
+            or not (OPS[node.op].elementwise or node.op in UPDATE_OPS)
         ):
             raise PlanError(
                 f"{describe(node)}: cannot write in place over {describe(source)} "

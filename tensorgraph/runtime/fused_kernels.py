@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tensorgraph.ir.node import Node
-from tensorgraph.runtime.kernels import KERNELS, Kernel
+from tensorgraph.runtime.kernels import KERNELS, Kernel, position_value
 
 WIDE = np.float64
 
@@ -98,18 +98,21 @@ def _group_norm(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     return _result(node, y + bias.reshape(per_channel) if bias is not None else y)
 
 
-def rope_angles(node: Node, length: int) -> np.ndarray:
+def rope_angles(node: Node, length: int, offset: int) -> np.ndarray:
     """(L, dims/2) float64 angles: (offset + l) * scale * base^(-2i/dims)."""
     dims = node.attr("dims")
-    positions = (np.arange(length, dtype=WIDE) + node.attr("offset")) * node.attr("scale")
+    positions = (np.arange(length, dtype=WIDE) + offset) * node.attr("scale")
     inv_freq = node.attr("base") ** (-np.arange(dims // 2, dtype=WIDE) * 2.0 / dims)
     return positions[:, None] * inv_freq[None, :]
 
 
 def _rope(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """The offset is the attribute, or the value of the second operand (a run-time
+    position; any integer is valid)."""
     x = _wide(args[0])
     dims = node.attr("dims")
-    angles = rope_angles(node, x.shape[-2])
+    offset = position_value(args[1]) if len(args) == 2 else node.attr("offset")
+    angles = rope_angles(node, x.shape[-2], offset)
     cos, sin = np.cos(angles), np.sin(angles)
     if node.attr("traditional"):
         first, second = slice(0, dims, 2), slice(1, dims, 2)

@@ -200,14 +200,44 @@ def _gather(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     return np.take_along_axis(x[cut], wide, axis=axis)
 
 
-def _slice_update(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    target, update = args
-    start = node.attr("start")
-    index = _axis_slice(
-        target.ndim, node.attr("axis"), start, start + update.shape[node.attr("axis")]
+def position_value(position: np.ndarray) -> int:
+    """The int held by a run-time position operand (shape () or (1,), int32/int64)."""
+    return int(np.asarray(position).reshape(-1)[0])
+
+
+def slice_start_fits(start: int, rows: int, extent: int) -> bool:
+    """True when `rows` rows written from `start` lie inside an axis of length `extent`."""
+    return start >= 0 and start + rows <= extent
+
+
+def slice_start_message(node: Node, start: int, rows: int, extent: int) -> str:
+    """The RunError text for a slice_update start that does not fit, naming the start,
+    the row count and the axis length (shared with the MLX guard: every backend words
+    it alike)."""
+    axis = node.attr("axis")
+    if start < 0:
+        return (
+            f"{describe(node)}: start {start} is negative ({rows} rows into the length "
+            f"{extent} of axis {axis})"
+        )
+    return (
+        f"{describe(node)}: start {start} + {rows} rows is past the length {extent} of axis {axis}"
     )
+
+
+def _slice_update(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """`target` with `update` at the start along the axis: the attribute, or the value
+    of the third operand (a run-time start, checked here: RunError when out of range)."""
+    target, update = args[:2]
+    axis = node.attr("axis")
+    rows = update.shape[axis]
+    start = node.attr("start")
+    if len(args) == 3:
+        start = position_value(args[2])
+        if not slice_start_fits(start, rows, target.shape[axis]):
+            raise RunError(slice_start_message(node, start, rows, target.shape[axis]))
     result = target.copy()
-    result[index] = update
+    result[_axis_slice(target.ndim, axis, start, start + rows)] = update
     return result
 
 
@@ -381,4 +411,4 @@ from tensorgraph.runtime import math_kernels, window_kernels  # noqa: E402
 
 KERNELS.update(math_kernels.KERNELS)
 KERNELS.update(window_kernels.KERNELS)
-from tensorgraph.runtime import fused_kernels  # noqa: E402, F401  (adds the fused ops to KERNELS)
+from tensorgraph.runtime import fused_kernels, update_kernels  # noqa: E402, F401  (add to KERNELS)

@@ -30,7 +30,12 @@ from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import OPS
-from tensorgraph.runtime.kernels import constant_value, evaluate
+from tensorgraph.runtime.kernels import (
+    constant_value,
+    evaluate,
+    slice_start_fits,
+    slice_start_message,
+)
 
 STATE_BACKENDS = ("numpy", "arena", "mlx")
 # operand position of the index / position each checked op reads, and its rule
@@ -175,13 +180,8 @@ def check_indices(
         if node.op == "slice_update":
             start = int(index.reshape(-1)[0]) if index.size else 0
             rows = graph.node(node.inputs[1]).shape[axis]
-            if start < 0 or start + rows > size:
-                raise RunError(
-                    f"{describe(node)}: position {start} + {rows} rows is past the length "
-                    f"{size} of axis {axis}"
-                    if start >= 0
-                    else f"{describe(node)}: position {start} is negative"
-                )
+            if not slice_start_fits(start, rows, size):
+                raise RunError(slice_start_message(node, start, rows, size))
             continue
         low = -size if INDEXED[node.op][1] == "signed" else 0
         bad = (index < low) | (index >= size)

@@ -56,6 +56,13 @@ def _kv_write(cache: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     return cache
 
 
+def _put_row(cache: torch.Tensor, at: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """Columns `at` of a clone set to `new` broadcast (index_put with a leading None)."""
+    cache = cache.clone()
+    cache[:, at] = new
+    return cache
+
+
 @frozen
 class Case:
     id: str
@@ -262,6 +269,24 @@ def _cases() -> list[Case]:
         Case("slice_scatter_neg", lambda p, q: p.slice_scatter(q, -1, -2), (x, f(3, 2))),
         Case("select_scatter", lambda p, q: p.select_scatter(q, 0, -1), (x, f(4))),
         Case("kv_cache_write", _kv_write, (f(1, 2, 6, 4), f(1, 2, 1, 4))),
+        # index_copy (a static cache's write at run-time positions) becomes index_put
+        Case(
+            "index_copy",
+            lambda c, at, v: c.index_copy(2, at, v),
+            (f(1, 2, 6, 4), torch.tensor([4, 1]), f(1, 2, 2, 4)),
+        ),
+        Case(
+            "index_copy_repeat",  # torch's CPU kernel keeps the last write of a repeat
+            lambda c, at, v: c.index_copy(0, at, v),
+            (f(5, 3), torch.tensor([2, 0, 2]), f(3, 3)),
+        ),
+        Case(
+            "index_put_negative",
+            lambda c, at, v: c.index_put((at,), v),
+            (x, i(2, low=-3, high=0), f(2, 4)),
+        ),
+        Case("index_put_broadcast", _put_row, (x, torch.tensor([3, 0]), f(3, 1))),
+        Case("index_put_0d", lambda c, at, v: c.index_put((at,), v), (x, torch.tensor(1), f(4))),
         # ---------------- generators (shapes and dtypes from the call)
         Case("full", lambda p: p + torch.full((3, 4), 2.5), (x,)),
         Case("full_int", lambda p: p + torch.full((4,), 3, dtype=torch.int32), (i(3, 4),)),

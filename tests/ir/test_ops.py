@@ -21,6 +21,7 @@ from tests.ir import (
     test_ops_reductions,
     test_ops_scans,
     test_ops_windows,
+    test_updates,
 )
 from tests.ir.op_cases import (
     BF16,
@@ -44,6 +45,7 @@ TABLES = (
     test_ops_scans,
     test_ops_windows,
     test_fused,
+    test_updates,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand

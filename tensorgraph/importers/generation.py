@@ -1,0 +1,154 @@
+"""Import a transformers causal LM for generation: prefill and decode entries over one
+static KV cache held as tensorgraph state.
+
+`from_torch_generation(model, max_seq=..., prompt_buckets=(32,), batch=1)` wraps the
+model with a transformers `StaticCache` of `max_seq` positions whose tensors are buffers
+of the wrapper (`key_cache_{i}`, `value_cache_{i}`, `cumulative_length_{i}` for layer
+i, as transformers' own ExecuTorch recipe registers them), exports one program per entry
+with `torch.export` (strict, as that recipe does), and imports each with the importer of
+`importers.torch_export`: the buffers the program mutates become states of those names
+and their mutations the state updates, so every entry reads and writes the same cache.
+The result is a dict ready for `tg.compile(entries)` (one MultiProgram).
+
+Entries (all token ids and positions int64; B = `batch`, V = the vocabulary size):
+
+- `"prefill{L}"` for each L in `prompt_buckets`: inputs `input_ids` (B, L), the prompt
+  padded to L with any token id; `position` (), the cache position of input_ids[:, 0]
+  (0 for a fresh prompt); `length` (), the number of real tokens, 1 <= length <= L.
+  Output: the logits (B, 1, V) of the last real token, input_ids[:, length - 1] (only
+  that row goes through the LM head). The cache gets all L rows at positions position ..
+  position + L - 1; the padding rows are harmless: attention is causal by position, and
+  decode overwrites position + length, + length + 1, ... before any query reads them.
+- `"decode"`: inputs `input_ids` (B, 1), the token to append; `position` (), its cache
+  position. Output: its logits (B, 1, V).
+
+Every row of a batch shares `position` and `length`. A write past the cache (position +
+rows > max_seq) is a RunError at run time (the cache write's index range check). How
+the exported program writes the cache, and so what the importer maps: at the start of
+a call every `cumulative_length_{i}` is set to `position` (a state of shape () that the
+program writes and never reads back); the cache rows go through
+`keys.index_copy_(2, arange(L) + position, k)`, which Core ATen spells
+`index_put(keys, [None, None, positions], k)` and the importer maps to `index_update`;
+the attention mask is `arange(max_seq) <= positions[:, None]` (causal by position) over
+the whole cache, and grouped-query heads read the cache repeated per query head (an
+expand + reshape of transformers' own repeat_kv).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tensorgraph as tg
+from tensorgraph.errors import GraphError
+from tensorgraph.importers.torch_export import _first_line, from_exported
+
+try:
+    import torch
+except ImportError as err:  # pragma: no cover - exercised only without torch
+    raise ImportError(
+        "tensorgraph.importers.generation needs torch: pip install 'tensorgraph[models]'"
+    ) from err
+
+__all__ = ["from_torch_generation"]
+
+
+class _StaticCacheLM(torch.nn.Module):
+    """`model` over a StaticCache whose tensors are this module's buffers, called with a
+    start position (and, for prefill, the number of real tokens); returns the logits."""
+
+    def __init__(self, model: torch.nn.Module, batch: int, max_seq: int) -> None:
+        super().__init__()
+        from transformers.cache_utils import StaticCache, StaticLayer
+        from transformers.configuration_utils import get_head_shapes
+
+        config = model.config.get_text_config()
+        self.model = model
+        self.cache = StaticCache(max_cache_len=max_seq, config=config)
+        plain = all(type(layer) is StaticLayer for layer in self.cache.layers)
+        if not plain:
+            kinds = sorted({type(layer).__name__ for layer in self.cache.layers})
+            raise GraphError(
+                f"from_torch_generation: {type(model).__name__}'s cache has layers {kinds}; "
+                "only full-attention StaticLayer caches import (no sliding windows)"
+            )
+        heads, head_dim = get_head_shapes(config)
+        device = next(model.parameters()).device
+        self.cache.early_initialization(batch, heads, head_dim, model.dtype, device)
+        for i, layer in enumerate(self.cache.layers):
+            self.register_buffer(f"key_cache_{i}", layer.keys, persistent=False)
+            self.register_buffer(f"value_cache_{i}", layer.values, persistent=False)
+            self.register_buffer(
+                f"cumulative_length_{i}", layer.cumulative_length, persistent=False
+            )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position: torch.Tensor,
+        length: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        # The cache writes its rows at arange(L) + cumulative_length, and the model takes
+        # its positions (rope, mask) from the same counter: setting it is the whole
+        # positioning, as in transformers' TorchExportableModuleWithStaticCache.
+        for layer in self.cache.layers:
+            layer.cumulative_length.copy_(position)
+        keep = {} if length is None else {"logits_to_keep": (length - 1).reshape(1)}
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=None,
+            past_key_values=self.cache,
+            use_cache=True,
+            **keep,
+        )
+        return out.logits
+
+
+def from_torch_generation(
+    model: torch.nn.Module,
+    *,
+    max_seq: int,
+    prompt_buckets: Sequence[int] = (32,),
+    batch: int = 1,
+) -> dict[str, tg.Graph]:
+    """Graphs "prefill{L}" (one per bucket L) and "decode" of a transformers causal LM
+    (e.g. LlamaForCausalLM), sharing a static KV cache of `max_seq` positions as states;
+    see the module docstring for each entry's inputs and output. The model is put in
+    eval mode; its weights are bound params (the same in every entry). GraphError for a
+    bucket outside [1, max_seq], a cache with sliding-window layers, or a failed
+    export/import (naming the entry)."""
+    if max_seq < 1 or batch < 1:
+        raise GraphError(f"from_torch_generation: max_seq {max_seq} and batch {batch} must be >= 1")
+    buckets = sorted(set(int(b) for b in prompt_buckets))
+    bad = [b for b in buckets if not 1 <= b <= max_seq]
+    if bad or not buckets:
+        raise GraphError(
+            f"from_torch_generation: prompt buckets {list(prompt_buckets)} must be non-empty "
+            f"and within [1, max_seq={max_seq}]"
+        )
+    wrapper = _StaticCacheLM(model.eval(), batch, max_seq)
+    position = torch.tensor(0, dtype=torch.int64)
+    examples = {
+        f"prefill{b}": {
+            "input_ids": torch.zeros(batch, b, dtype=torch.int64),
+            "position": position,
+            "length": torch.tensor(b, dtype=torch.int64),
+        }
+        for b in buckets
+    }
+    examples["decode"] = {
+        "input_ids": torch.zeros(batch, 1, dtype=torch.int64),
+        "position": position,
+    }
+    return {name: _export(wrapper, name, kwargs) for name, kwargs in examples.items()}
+
+
+def _export(wrapper: _StaticCacheLM, name: str, kwargs: dict[str, torch.Tensor]) -> tg.Graph:
+    # Strict (dynamo) export, as transformers' recipe does: torch 2.13's non-strict export
+    # of this program fails later, in run_decompositions ("expected compiled_fn to be
+    # GraphModule"), and its pre-dispatch signature lists no buffer mutations.
+    try:
+        with torch.no_grad():
+            program = torch.export.export(wrapper, (), kwargs, strict=True)
+    except Exception as err:
+        raise GraphError(f"importing {name!r} failed at step 'export': {_first_line(err)}") from err
+    return from_exported(program, name)
