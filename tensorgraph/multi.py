@@ -17,6 +17,11 @@ makes them share:
   would be compiled alone, so the shared arena is never larger than the largest
   entry's own.
 
+Backends learn what an entry shares from `shared_of(entry)` (a `Shared` record): the
+MLX backend converts each shared weight once per device for all entries, and lets an
+entry's segments use the shared arena (memory the program holds anyway) instead of
+the entry's own, smaller one.
+
 Invariants: every entry's plan carries the same `state_layout` and `state_size`, and
 the layout's states are disjoint and inside the region; a State from `new_state`
 holds every state of every entry.
@@ -27,14 +32,34 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import weakref
 from collections.abc import Mapping
 
 import numpy as np
-from attrs import frozen
+from attrs import field, frozen
 
 from tensorgraph.errors import GraphError, PlanError, RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.planner.buffers import align_up
+
+
+@frozen(eq=False)
+class Shared:
+    """What the entries of one MultiProgram share at run time: the arena size, and a
+    store for backends' converted weights (key -> value, e.g. (device, id(array)) ->
+    (array, mx.array); the array is kept so that an id is never reused while cached)."""
+
+    arena_size: int
+    converted: dict = field(factory=dict)
+
+
+# entry Program -> its Shared record (weakly: a record lives as long as its entries)
+_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def shared_of(program: object) -> Shared | None:
+    """The `Shared` record of `program` when it is an entry of a MultiProgram."""
+    return _SHARED.get(program)
 
 
 @frozen(eq=False)
@@ -58,6 +83,9 @@ class MultiProgram:
                 raise PlanError(f"entry {name!r} has another state layout than the others")
         _check_layout(entries, layout, size)
         _share_weights(entries)
+        shared = Shared(max(p.plan.arena_size for p in entries.values()))
+        for program in entries.values():
+            _SHARED[program] = shared
         return cls(dict(entries))
 
     # ------------------------------------------------------------ sizes
@@ -115,7 +143,7 @@ class MultiProgram:
         """Run entry `entry` as `Program.run` does, on `state` (None: this program's
         own State for `backend`, shared by all entries)."""
         program = self.entry(entry)
-        if state is None:
+        if state is None and program.graph.states:
             state = self.state(backend)
         return program.run(inputs, params, backend, state=state, **options)
 

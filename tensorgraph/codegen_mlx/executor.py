@@ -48,6 +48,7 @@ from tensorgraph.errors import RunError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
+from tensorgraph.multi import shared_of
 from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
 from tensorgraph.runtime.kernels import constant_value
 
@@ -123,17 +124,29 @@ def _boundary_values(
         if node.id not in cache:
             cache[node.id] = to_mx(constant_value(node))
         values[node.id] = cache[node.id]
+    shared = shared_of(program)
     for node_id in list(feeds):
         # consumed: a state's array must have no other reference left, so that MLX can
         # donate its buffer to the state's in-place update
         feed = feeds.pop(node_id)
         if feed is bound.get(node_id):
             if node_id not in cache:
-                cache[node_id] = to_mx(feed)
+                cache[node_id] = _converted(shared, feed, device)
             values[node_id] = cache[node_id]
         else:
             values[node_id] = feed if isinstance(feed, mx.array) else to_mx(feed)
     return values
+
+
+def _converted(shared: object | None, value: object, device: mx.Device) -> mx.array:
+    """`value` as an mx.array: converted once for all entries of a MultiProgram (its
+    weights are one array per distinct content), else once for this program."""
+    if shared is None:
+        return to_mx(value)
+    key = (str(device), id(value))
+    if key not in shared.converted:
+        shared.converted[key] = (value, to_mx(value))
+    return shared.converted[key][1]
 
 
 def run_eager(
@@ -203,11 +216,16 @@ def run_compiled(program: object, feeds: dict[int, mx.array], device: mx.Device)
 
 def segment_budget(program: object) -> int:
     """The worst-case bytes a segment may allocate (segments.py): the plan's arena plus
-    SLACK times the plan's whole footprint (arena + constant segment + inputs/outputs)."""
+    SLACK times the plan's whole footprint (arena + constant segment + inputs/outputs).
+    For an entry of a MultiProgram the arena is the shared one (the largest entry's):
+    the program holds that memory for its largest entry anyway, and a small entry (a
+    decode step) then runs in few segments instead of one per few ops."""
     graph, plan = program.graph, program.plan
     io = sum(n.nbytes for n in graph.nodes if n.op == "input")
     io += sum(graph.node(o).nbytes for o in graph.outputs)
-    return plan.arena_size + int(SLACK * (plan.arena_size + plan.constant_size + io))
+    shared = shared_of(program)
+    arena = plan.arena_size if shared is None else shared.arena_size
+    return arena + int(SLACK * (arena + plan.constant_size + io))
 
 
 def _segmented(program: object, device: mx.Device) -> tuple[tuple, tuple]:
@@ -268,7 +286,9 @@ def run_mlx(
         cache["feed-nodes"] = feed_nodes(graph)
     feeds = bind_feeds(graph, inputs, params, native_dtype, cache["feed-nodes"])
     native = any(isinstance(v, mx.array) for v in feeds.values())
-    handed = _hand_over(graph, state, feeds)
+    if "states" not in cache:
+        cache["states"] = tuple(graph.states)
+    handed = _hand_over(cache["states"], state, feeds)
     try:
         return _run(program, mode, target, feeds, native, stats, state)
     except Exception as err:
@@ -279,17 +299,17 @@ def run_mlx(
         raise
 
 
-def _hand_over(graph: Graph, state: object | None, feeds: dict[int, object]) -> list[str]:
-    """Move every state's array from `state` into `feeds` (node id -> array): the call
-    then holds the only reference. The names moved. Without a `state`, states read
-    zeros and their updates are dropped."""
+def _hand_over(states: Sequence[Node], state: object | None, feeds: dict[int, object]) -> list[str]:
+    """Move the array of every state node of `states` from `state` into `feeds` (node
+    id -> array): the call then holds the only reference. The names moved. Without a
+    `state`, states read zeros and their updates are dropped."""
     if state is None:
-        for node in graph.states:
-            feeds[node.id] = mx.zeros(node.shape, to_mx(np.zeros((), node.dtype.to_numpy())).dtype)
+        for node in states:
+            feeds[node.id] = to_mx(np.zeros(node.shape, node.dtype.to_numpy()))
         return []
-    for node in graph.states:
+    for node in states:
         feeds[node.id] = state.values.pop(node.name)
-    return [n.name for n in graph.states]
+    return [n.name for n in states]
 
 
 def _run(

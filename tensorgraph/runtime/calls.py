@@ -20,11 +20,19 @@ import weakref
 from collections.abc import Mapping
 
 from tensorgraph.errors import RunError
-from tensorgraph.runtime.feeds import bind_feeds
+from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
 from tensorgraph.runtime.state import State, check_indices, check_state, host_checks
 
-# Per-program facts computed once (the host checks of a graph), keyed by the program.
-_CHECKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Per-program facts computed once (states, feed nodes, host checks: each a scan of the
+# graph), keyed by the program: a decode step should not rescan its graph per call.
+_FACTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _facts(program: object) -> tuple:
+    if program not in _FACTS:
+        graph = program.graph
+        _FACTS[program] = (tuple(graph.states), feed_nodes(graph), host_checks(graph))
+    return _FACTS[program]
 
 
 def _returned(graph: object, outputs: list) -> list:
@@ -43,17 +51,16 @@ def call(
     """The outputs `graph.returned` of one run of `program` (see the module docstring);
     `state` None runs on the program's default state for `backend`."""
     graph = program.graph
-    if not graph.states:
+    states, nodes, checks = _facts(program)
+    if not states:
         if state is not None:
             raise RunError(f"graph {graph.name!r} has no states, but a state was given")
         return _run(program, inputs, params, backend, None, options)
     if state is None:
         state = program.state(backend)
-    check_state(state, backend, graph)
-    if program not in _CHECKS:
-        _CHECKS[program] = host_checks(graph)
-    if _CHECKS[program]:
-        check_indices(graph, _CHECKS[program], bind_feeds(graph, inputs, params))
+    check_state(state, backend, graph, states)
+    if checks:
+        check_indices(graph, checks, bind_feeds(graph, inputs, params, nodes=nodes))
     return _returned(graph, _run(program, inputs, params, backend, state, options))
 
 

@@ -109,14 +109,17 @@ def state_specs(graphs: Iterable[Graph]) -> dict[str, tuple[tuple[int, ...], np.
     return {n.name: (n.shape, n.dtype.to_numpy()) for g in graphs for n in g.states}
 
 
-def check_state(state: State, backend: str, graph: Graph) -> None:
-    """RunError unless `state` is for `backend` and holds every state `graph` declares,
-    with the declared shape and dtype."""
+def check_state(
+    state: State, backend: str, graph: Graph, states: Sequence[Node] | None = None
+) -> None:
+    """RunError unless `state` is for `backend` and holds every state `graph` declares
+    (`states`: `graph.states`, when the caller keeps it), with the declared shape and
+    dtype."""
     if not isinstance(state, State):
         raise RunError(f"state must be a tensorgraph State but got {type(state).__name__}")
     if state.backend != backend:
         raise RunError(f"a state made for backend {state.backend!r} cannot run on {backend!r}")
-    for node in graph.states:
+    for node in graph.states if states is None else states:
         spec = state.specs.get(node.name)
         if spec is None or (tuple(spec[0]), np.dtype(spec[1])) != (
             node.shape,

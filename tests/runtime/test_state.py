@@ -246,3 +246,52 @@ def test_multi_arena_is_the_largest_entrys_own() -> None:
     text = multi.report()
     assert "stored once" in text and "p16" in text
     assert multi.total_size == multi.arena_size + multi.constant_size + multi.state_size
+
+
+def _positioned(name: str, shape: tuple[int, ...], rows: int) -> tg.Graph:
+    """Like `_writer`, at a run-time position: input `pos` (int32 scalar)."""
+    b, h, _, d = shape
+    g = tg.Graph(name)
+    cache = g.state("cache", shape, tg.float32)
+    x = g.input("x", (b, h, rows, d), tg.float32)
+    pos = g.input("pos", (), tg.int32)
+    w = g.param("w", (d, d), tg.float32, np.arange(d * d, dtype=np.float32).reshape(d, d) / 8)
+    new = tg.slice_update(cache, x @ w, 2, pos)
+    g.update_state(cache, new)
+    g.output(tg.sum(new, axis=2))
+    return g
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.lists(st.integers(1, 6), min_size=1, max_size=3, unique=True),
+    st.lists(st.tuples(st.integers(0, 2), st.integers(-2, 12)), min_size=1, max_size=6),
+    st.integers(0, 2**31 - 1),
+)
+def test_run_time_positions_over_buckets_match_a_reference_cache(buckets, calls, seed) -> None:
+    """Entries of several row buckets writing at run-time positions: after every call
+    (an out-of-range one included, which must raise and write nothing) each backend's
+    state equals the reference cache; arena equals numpy bit for bit."""
+    shape = (1, 2, 10, 4)
+    multi = tg.compile({f"b{r}": _positioned(f"b{r}", shape, r) for r in buckets})
+    states = {be: multi.new_state(be) for be in BACKENDS}
+    cache = np.zeros(shape, np.float32)
+    rng = np.random.default_rng(seed)
+    for which, pos in calls:
+        rows = buckets[which % len(buckets)]
+        x = rng.standard_normal((1, 2, rows, 4)).astype(np.float32)
+        feeds = {"x": x, "pos": np.int32(pos)}
+        if pos < 0 or pos + rows > shape[2]:
+            for be in BACKENDS:
+                with pytest.raises(tg.RunError, match=f"start {pos} "):
+                    multi.run(f"b{rows}", feeds, backend=be, state=states[be])
+        else:
+            want = _expected(cache, x, pos, 4)
+            got = {
+                be: multi.run(f"b{rows}", feeds, backend=be, state=states[be]) for be in BACKENDS
+            }
+            np.testing.assert_array_equal(got["arena"][0], got["numpy"][0])
+            np.testing.assert_allclose(got["mlx"][0], want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(states["arena"]["cache"], states["numpy"]["cache"])
+        for be in BACKENDS:
+            np.testing.assert_allclose(states[be]["cache"], cache, rtol=1e-5, atol=1e-5)
