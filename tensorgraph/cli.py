@@ -1,4 +1,4 @@
-"""The `tensorgraph` command: models, compile, run, plan-csv and demo.
+"""The `tensorgraph` command: models, compile, run, plan-csv, generate and demo.
 
 Exit codes: 0 success, 1 a failed numeric check, 2 bad usage. Bad usage is reported in
 one line on stderr (`tensorgraph: error: ...`, or `tensorgraph: PlanError: ...` for a
@@ -414,6 +414,169 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if check.ok else 1
 
 
+GENERATE_MODELS = ("llama", "hf-llama")
+
+
+def _buckets(text: str) -> tuple[int, ...]:
+    """Prefill buckets: comma-separated positive ints, e.g. 32,128,512."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expects comma-separated positive ints (e.g. 32,128,512) but got {text!r}"
+        )
+    return tuple(sorted(set(values)))
+
+
+@frozen
+class _GenerationModel:
+    """What `generate` runs and checks: the entries, the vocabulary size, and the
+    expected token ids (batch, tokens) for a prompt (n,), named by `oracle`."""
+
+    entries: dict
+    vocab: int
+    expected: object
+    oracle: str
+
+
+def _zoo_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _GenerationModel:
+    from tensorgraph.models.generation import llama_generation, llama_weights, reference_generate
+    from tensorgraph.models.llama import LlamaConfig
+
+    config = LlamaConfig()
+    entries = llama_generation(config, max_seq=args.max_seq, buckets=buckets, seed=args.seed)
+    weights = llama_weights(config, args.seed)
+
+    def expected(prompt: np.ndarray, tokens: int) -> np.ndarray:
+        return reference_generate(config, weights, prompt, tokens).tokens
+
+    return _GenerationModel(entries, config.vocab, expected, "the NumPy reference")
+
+
+HF_LLAMA = {  # a small transformers LlamaConfig: grouped-query heads, random weights
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
+
+
+_TORCHVISION_SCHEMAS: list[object] = []  # keeps the schema definitions alive
+
+
+def _import_transformers(torch: object) -> object:
+    """transformers, importable beside the CPU-only torch wheel. transformers imports
+    torchvision when installed; PyPI's torchvision links its C++ extension against CUDA
+    torch, and without it its import fails registering fake kernels for the
+    `torchvision::nms` / `qnms` schemas that extension defines. Defining those two
+    schemas (only when that import failed) lets it load; the Llama never uses them. The
+    same workaround as tests/models_suite/catalog.py's `_load_torchvision`."""
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        pass  # no torchvision: transformers does without it
+    except RuntimeError:
+        library = torch.library.Library("torchvision", "FRAGMENT")
+        library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _TORCHVISION_SCHEMAS.append(library)
+    import transformers
+
+    return transformers
+
+
+def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _GenerationModel:
+    try:
+        import torch
+
+        transformers = _import_transformers(torch)
+        from tensorgraph.importers.generation import from_torch_generation
+
+        llama_config, llama_model = transformers.LlamaConfig, transformers.LlamaForCausalLM
+    except ImportError as err:  # transformers imports its models lazily, on attribute access
+        detail = str(err).splitlines()[0]
+        raise UsageError(
+            f"hf-llama needs torch, transformers and tensorgraph.importers.generation "
+            f"({detail}); use MODEL llama"
+        ) from err
+    torch.manual_seed(args.seed)
+    config = llama_config(**HF_LLAMA, max_position_embeddings=args.max_seq)
+    model = llama_model(config).eval()
+    entries = from_torch_generation(model, max_seq=args.max_seq, prompt_buckets=buckets)
+
+    def expected(prompt: np.ndarray, tokens: int) -> np.ndarray:
+        ids = torch.tensor(prompt[None].astype(np.int64))
+        with torch.no_grad():  # no EOS stop: exactly `tokens` new ids, as ours
+            out = model.generate(
+                ids,
+                max_new_tokens=tokens,
+                min_new_tokens=tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        return out[:, prompt.shape[0] :].numpy().astype(np.int32)
+
+    return _GenerationModel(entries, config.vocab_size, expected, "transformers generate")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Greedy generation with a multi-entry program (prefill buckets + decode sharing
+    weights, KV-cache state and one arena), checked token for token against the plain
+    NumPy reference loop (llama) or transformers' own greedy generate (hf-llama). Lengths
+    are checked before anything is compiled."""
+    from tensorgraph.models.generation import choose_bucket, generate
+    from tensorgraph.planner.report import human
+
+    fitting = tuple(b for b in args.buckets if b <= args.max_seq)
+    if not fitting:
+        raise UsageError(f"no bucket of {list(args.buckets)} fits --max-seq {args.max_seq}")
+    choose_bucket(fitting, args.max_seq, args.prompt_len, args.tokens)  # before compiling
+    began = time.perf_counter()
+    model = (_hf_llama if args.model == "hf-llama" else _zoo_llama)(args, fitting)
+    program = compile(model.entries)
+    print(
+        f"{args.model}: entries {', '.join(model.entries)} (max_seq {args.max_seq}) compiled "
+        f"in {time.perf_counter() - began:.2f} s"
+    )
+    prompt = np.random.default_rng(args.seed).integers(0, model.vocab, args.prompt_len)
+    if args.backend == "mlx":  # the first calls trace each entry: not what tok/s measures
+        generate(program, prompt, args.tokens, backend=args.backend)
+    result = generate(program, prompt, args.tokens, backend=args.backend)
+    print(f"prompt: {args.prompt_len} tokens (seed {args.seed}), prefill bucket {result.bucket}")
+    print("tokens: " + " ".join(str(t) for t in result.tokens[0]))
+    decode_rate = result.decode_tokens_per_second
+    decode = "no decode step" if result.decode_steps == 0 else f"{decode_rate:.1f} tokens/s"
+    print(
+        f"prefill: {result.prefill_tokens_per_second:.1f} tokens/s "
+        f"({result.prefill_seconds * 1000:.1f} ms); decode: {decode} "
+        f"({result.decode_steps} steps, {result.decode_seconds * 1000:.1f} ms) on {args.backend}"
+    )
+    memory = result.memory
+    print(
+        "memory per entry (arena): "
+        + ", ".join(f"{name} {human(size)}" for name, size in memory.entries.items())
+    )
+    print(
+        f"memory shared: weights {human(memory.weights)}, state {human(memory.state)}, "
+        f"arena max {human(memory.arena)}, total {human(memory.total)}"
+    )
+    expected = model.expected(prompt, args.tokens)
+    if not np.array_equal(result.tokens, expected):
+        step = int(np.argmax((result.tokens != expected).any(axis=0)))
+        print(
+            f"tokens match {model.oracle}: NO (first difference at new token {step}: "
+            f"{result.tokens[:, step].tolist()} vs {expected[:, step].tolist()})"
+        )
+        return 1
+    print(f"tokens match {model.oracle}: yes")
+    return 0
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -590,6 +753,49 @@ def parser() -> argparse.ArgumentParser:
     )
     csv_cmd.add_argument("--out", metavar="FILE", help="write id,lower,upper,size,offset")
     csv_cmd.set_defaults(run=cmd_plan_csv)
+
+    gen = commands.add_parser(
+        "generate",
+        help="greedy generation with a KV cache, checked against NumPy",
+        description="Compile prefill buckets and a decode step into one program sharing "
+        "weights, KV-cache state and one arena; generate greedily; check the token ids "
+        "against a plain NumPy reference loop.",
+    )
+    gen.add_argument(
+        "model",
+        choices=GENERATE_MODELS,
+        metavar="MODEL",
+        help="llama (the zoo Llama, default config) or hf-llama (transformers LlamaForCausalLM)",
+    )
+    gen.add_argument(
+        "--prompt-len",
+        type=_positive_int,
+        default=16,
+        metavar="N",
+        help="prompt length in tokens (random ids from --seed)",
+    )
+    gen.add_argument(
+        "--tokens", type=_positive_int, default=16, metavar="M", help="new tokens to generate"
+    )
+    gen.add_argument("--backend", choices=BACKENDS, default="mlx", help="executor")
+    gen.add_argument(
+        "--buckets",
+        type=_buckets,
+        default=(32, 128, 512),
+        metavar="L,L,...",
+        help="prefill prompt-length buckets (default: 32,128,512)",
+    )
+    gen.add_argument(
+        "--max-seq",
+        type=_positive_int,
+        default=512,
+        metavar="S",
+        help="KV-cache length: prompt + new tokens must fit",
+    )
+    gen.add_argument(
+        "--seed", type=_seed, default=0, help="seed of weights and prompt, an int >= 0"
+    )
+    gen.set_defaults(run=cmd_generate)
 
     demo = commands.add_parser(
         "demo",

@@ -1,0 +1,382 @@
+"""Greedy text generation on the zoo Llama: prefill buckets and a decode step compiled as
+one multi-entry program around per-layer KV caches held as state, and its driver.
+
+`llama_generation(config, max_seq=..., buckets=..., seed=...)` builds the entries:
+
+- `prefill{L}`, one per bucket L <= max_seq: `tokens` (batch, L) int32, the prompt padded
+  to L, and `length` () int32, its real length (1 <= length <= L). It writes the k/v of
+  all L rows into the states `k{i}` / `v{i}` (batch, heads, max_seq, head_dim) at rows
+  [0, L), attends causally over them, and returns the logits (batch, vocab) of position
+  length - 1.
+- `decode`: `token` (batch, 1) int32 and `pos` () int32. The token's k/v (rotated at
+  position pos) are written at row pos; its query attends over the whole cache with the
+  bool mask arange(max_seq) <= pos; it returns the logits (batch, vocab) of that token.
+
+Padding: a prefill also writes k/v at rows [length, L), computed from the padding
+tokens. Those rows are garbage, and harmless: decode at pos = length writes row pos
+before it reads it, and its mask hides every row past pos, so each row is overwritten
+before any query sees it. Rows at or past L keep whatever an earlier call left there,
+likewise hidden. The zoo Llama has as many key/value heads as query heads.
+
+Every entry binds the same weight arrays under the same names (`llama_weights`; seed 0
+gives the zoo `llama` model's weights), so the compiled program stores them once.
+`generate` drives a compiled program; `tensorgraph.models.generation_reference` holds
+the independent NumPy loop it is checked against.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from attrs import frozen
+
+import tensorgraph as tg
+from tensorgraph.errors import GraphError, RunError
+from tensorgraph.ir import fused
+from tensorgraph.ir.builder import Tensor
+from tensorgraph.models.common import Weights, dtype_of, make_config
+from tensorgraph.models.generation_reference import ReferenceGeneration, reference_generate
+from tensorgraph.models.llama import LlamaConfig, layer_weights
+from tensorgraph.nn import attention, merge_heads, rms_norm, split_heads, swiglu_mlp
+
+__all__ = [
+    "DEFAULT_BUCKETS",
+    "GenerationLayout",
+    "GenerationMemory",
+    "GenerationResult",
+    "ReferenceGeneration",
+    "choose_bucket",
+    "decode_graph",
+    "generate",
+    "generation_layout",
+    "generation_memory",
+    "llama_generation",
+    "llama_weights",
+    "prefill_graph",
+    "reference_generate",
+]
+
+DEFAULT_BUCKETS = (32, 128, 512)
+LAYER_KEYS = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
+
+
+def llama_weights(config: LlamaConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """The Llama's weight arrays by param name, drawn in the order `llama` draws them, so
+    seed 0 gives exactly the zoo `llama` model's weights (same names, same values)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise GraphError(f"llama weights: seed must be a non-negative int but got {seed!r}")
+    g = tg.Graph("weights")
+    w = Weights(g, seed, dtype_of(config.dtype))
+    w.normal("embed", (config.vocab, config.dim), fan_in=1)
+    for i in range(config.layers):
+        layer_weights(w, f"l{i}.", config.dim, config.hidden)
+    w.constant("norm", (config.dim,), 1.0)
+    w.normal("lm_head", (config.dim, config.vocab))
+    return dict(g.param_values)
+
+
+def _layer(
+    h: Tensor,
+    p: Mapping[str, Tensor],
+    config: LlamaConfig,
+    caches: tuple[Tensor, Tensor],
+    position: int | Tensor,
+    mask: Tensor | None,
+) -> Tensor:
+    """One decoder layer over h (batch, rows, dim) at positions position + [0, rows): the
+    rows' k/v are written into the caches at row `position` and become the caches' state
+    updates. Without a mask (prefill, position 0) the queries attend causally over their
+    own rows; with one (decode) over the whole updated cache under `mask`."""
+    g = h.graph
+    x = rms_norm(h, p["attn_norm"], config.eps)
+    q, k, v = (split_heads(x @ p[name], config.heads) for name in ("wq", "wk", "wv"))
+    head_dim = config.dim // config.heads
+    q = fused.rope(q, head_dim, offset=position)
+    k = fused.rope(k, head_dim, offset=position)
+    k_cache = tg.slice_update(caches[0], k, 2, position)
+    v_cache = tg.slice_update(caches[1], v, 2, position)
+    g.update_state(caches[0], k_cache)
+    g.update_state(caches[1], v_cache)
+    if mask is None:
+        attended = attention(q, k, v, "causal")
+    else:
+        attended = attention(q, k_cache, v_cache, mask)
+    h = h + merge_heads(attended) @ p["wo"]
+    mlp_in = rms_norm(h, p["mlp_norm"], config.eps)
+    return h + swiglu_mlp(mlp_in, p["w_gate"], p["w_up"], p["w_down"])
+
+
+def _decoder(
+    g: tg.Graph,
+    weights: Mapping[str, np.ndarray],
+    config: LlamaConfig,
+    max_seq: int,
+    ids: Tensor,
+    position: int | Tensor,
+    mask: Tensor | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """(hidden states after every layer, the params by name) for `ids`: every weight is
+    bound in `g` under its name, and layer i reads and updates the states k{i}, v{i}."""
+    dtype = dtype_of(config.dtype)
+    params = {name: g.param(name, a.shape, dtype, a) for name, a in weights.items()}
+    shape = (config.batch, config.heads, max_seq, config.dim // config.heads)
+    h = tg.take(params["embed"], ids, axis=0)
+    for i in range(config.layers):
+        p = {key: params[f"l{i}.{key}"] for key in LAYER_KEYS}
+        caches = (g.state(f"k{i}", shape, dtype), g.state(f"v{i}", shape, dtype))
+        h = _layer(h, p, config, caches, position, mask)
+    return h, params
+
+
+def _logits(h: Tensor, params: Mapping[str, Tensor], config: LlamaConfig) -> Tensor:
+    """Final norm and vocabulary projection: h (batch, dim) -> logits (batch, vocab)."""
+    return rms_norm(h, params["norm"], config.eps) @ params["lm_head"]
+
+
+def prefill_graph(
+    config: LlamaConfig, weights: Mapping[str, np.ndarray], bucket: int, max_seq: int
+) -> tg.Graph:
+    """The `prefill{bucket}` entry (see the module docstring)."""
+    g = tg.Graph(f"prefill{bucket}")
+    tokens = g.input("tokens", (config.batch, bucket), tg.int32)
+    length = g.input("length", (), tg.int32)
+    h, params = _decoder(g, weights, config, max_seq, tokens, 0, None)
+    last = tg.take(h, length - 1, axis=1)  # (batch, dim): the last real position
+    g.output(_logits(last, params, config))
+    return g
+
+
+def decode_graph(config: LlamaConfig, weights: Mapping[str, np.ndarray], max_seq: int) -> tg.Graph:
+    """The `decode` entry (see the module docstring)."""
+    g = tg.Graph("decode")
+    token = g.input("token", (config.batch, 1), tg.int32)
+    pos = g.input("pos", (), tg.int32)
+    visible = (tg.arange(g, 0, max_seq) <= pos).reshape(1, max_seq)  # keys 0..pos
+    h, params = _decoder(g, weights, config, max_seq, token, pos, visible)
+    g.output(_logits(h.reshape(config.batch, config.dim), params, config))
+    return g
+
+
+def llama_generation(
+    config: LlamaConfig | None = None,
+    *,
+    max_seq: int = 512,
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+    seed: int = 0,
+) -> dict[str, tg.Graph]:
+    """The generation entries of the zoo Llama: "prefill{L}" for every bucket L <= max_seq
+    (ascending) and "decode", all binding `llama_weights(config, seed)`; ready for
+    `tg.compile(entries)`. `config.seq` is not used (the buckets are the prompt lengths).
+
+    GraphError names a bad max_seq, an empty or non-positive bucket list, or buckets of
+    which none fits max_seq."""
+    config = make_config(LlamaConfig, config, {})
+    if isinstance(max_seq, bool) or not isinstance(max_seq, int) or max_seq < 1:
+        raise GraphError(f"llama_generation: max_seq must be a positive int but got {max_seq!r}")
+    sizes = sorted(set(buckets))
+    if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes):
+        raise GraphError(f"llama_generation: buckets must be positive ints but got {buckets!r}")
+    fitting = [b for b in sizes if b <= max_seq]
+    if not fitting:
+        raise GraphError(
+            f"llama_generation: no bucket of {sizes} fits max_seq {max_seq} (the smallest "
+            f"bucket {sizes[0]} is longer than the cache)"
+        )
+    weights = llama_weights(config, seed)
+    entries = {f"prefill{b}": prefill_graph(config, weights, b, max_seq) for b in fitting}
+    entries["decode"] = decode_graph(config, weights, max_seq)
+    return entries
+
+
+@frozen
+class GenerationMemory:
+    """Bytes of a generation program: each entry's own activation arena (`entries`), and
+    the shared regions: the one activation arena (the largest entry's), the weights
+    (stored once) and the state (the KV caches)."""
+
+    entries: Mapping[str, int]
+    arena: int
+    weights: int
+    state: int
+
+    @property
+    def total(self) -> int:
+        return self.arena + self.weights + self.state
+
+
+@frozen
+class GenerationResult:
+    """One greedy generation: `tokens` (batch, count) int32 new token ids, the first from
+    the prefill; the `bucket` the prompt of `prompt_length` was padded to; wall-clock
+    seconds of the prefill call and of all decode calls (each including its logits'
+    transfer to the host and the argmax); the program's memory; the `state` it ran on."""
+
+    tokens: np.ndarray
+    prompt_length: int
+    bucket: int
+    prefill_seconds: float
+    decode_seconds: float
+    memory: GenerationMemory
+    state: object
+
+    @property
+    def decode_steps(self) -> int:
+        return self.tokens.shape[1] - 1
+
+    @property
+    def prefill_tokens_per_second(self) -> float:
+        """Prompt tokens (all rows of the batch) per second of prefill."""
+        return self.tokens.shape[0] * self.prompt_length / self.prefill_seconds
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Tokens made by decode steps (all rows) per second; NaN with no decode step."""
+        if self.decode_steps == 0:
+            return float("nan")
+        return self.tokens.shape[0] * self.decode_steps / self.decode_seconds
+
+
+@frozen
+class GenerationLayout:
+    """What a generation program accepts: its prefill `buckets` (ascending), the cache
+    length `max_seq`, the `batch` and the `vocab`."""
+
+    buckets: tuple[int, ...]
+    max_seq: int
+    batch: int
+    vocab: int
+
+    def bucket_for(self, prompt_length: int, new_tokens: int) -> int:
+        """`choose_bucket` for this program's buckets and max_seq."""
+        return choose_bucket(self.buckets, self.max_seq, prompt_length, new_tokens)
+
+
+def choose_bucket(buckets: Sequence[int], max_seq: int, prompt_length: int, new_tokens: int) -> int:
+    """The smallest of `buckets` >= prompt_length. RunError, naming both numbers, when the
+    prompt is empty or longer than the largest bucket, when new_tokens < 1, or when
+    prompt_length + new_tokens is past max_seq."""
+    largest = max(buckets)
+    if prompt_length < 1:
+        raise RunError(f"the prompt is empty (length {prompt_length}); it needs >= 1 token")
+    if new_tokens < 1:
+        raise RunError(f"tokens {new_tokens}: generation makes at least 1 new token")
+    if prompt_length > largest:
+        raise RunError(
+            f"prompt length {prompt_length} is longer than the largest prefill bucket "
+            f"{largest} (buckets {sorted(buckets)})"
+        )
+    if prompt_length + new_tokens > max_seq:
+        raise RunError(
+            f"prompt length {prompt_length} + {new_tokens} new tokens = "
+            f"{prompt_length + new_tokens} is past the cache length max_seq {max_seq}"
+        )
+    return min(b for b in buckets if b >= prompt_length)
+
+
+def generation_layout(program: object) -> GenerationLayout:
+    """The layout of a program compiled from `llama_generation`'s entries (or any with the
+    same entry names and inputs named as in INPUT_ROLES, whose first 4-D state is a
+    (batch, heads, max_seq, head_dim) cache). RunError when an entry is missing."""
+    entries = program.entries
+    buckets = sorted(int(n[len("prefill") :]) for n in entries if n.startswith("prefill"))
+    if "decode" not in entries or not buckets:
+        raise RunError(
+            f"a generation program needs 'decode' and 'prefill<L>' entries but has "
+            f"{sorted(entries)}"
+        )
+    decode = entries["decode"].graph
+    token = next(n for n in decode.inputs if INPUT_ROLES.get(n.name) == "ids")
+    logits = decode.node(decode.returned[0])
+    max_seq = next(n.shape[2] for n in decode.states if len(n.shape) == 4)
+    return GenerationLayout(tuple(buckets), max_seq, token.shape[0], logits.shape[-1])
+
+
+# What each entry input is, by name: the zoo entries' names and those of
+# `tensorgraph.importers.generation.from_torch_generation` (int64 ids and positions).
+INPUT_ROLES = {
+    "tokens": "ids",
+    "token": "ids",
+    "input_ids": "ids",
+    "pos": "position",
+    "position": "position",
+    "length": "length",
+}
+
+
+def _feeds(graph: tg.Graph, values: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Each input of the entry `graph` fed its role's value, in the input's dtype."""
+    feeds = {}
+    for node in graph.inputs:
+        role = INPUT_ROLES.get(node.name)
+        if role is None:
+            raise RunError(
+                f"entry {graph.name!r}: input {node.name!r} is none of the generation inputs "
+                f"{sorted(INPUT_ROLES)}"
+            )
+        feeds[node.name] = np.array(values[role], node.dtype.to_numpy(), order="C")
+    return feeds
+
+
+def generation_memory(program: object) -> GenerationMemory:
+    """The program's memory by entry and in total (see GenerationMemory)."""
+    arenas = {name: entry.plan.arena_size for name, entry in program.entries.items()}
+    return GenerationMemory(arenas, program.arena_size, program.constant_size, program.state_size)
+
+
+def _prompt(prompt: object, batch: int) -> np.ndarray:
+    """The prompt as (batch, n) int32: a 1-D sequence is one row, repeated for the batch."""
+    array = np.asarray(prompt)
+    if array.ndim == 1:
+        array = np.broadcast_to(array, (batch, array.shape[0]))
+    if array.ndim != 2 or array.shape[0] != batch:
+        raise RunError(f"prompt of shape {array.shape}: expected (n,) or ({batch}, n) token ids")
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise RunError(f"prompt token ids must be integers but got dtype {array.dtype}")
+    return np.ascontiguousarray(array, dtype=np.int32)
+
+
+def generate(
+    program: object,
+    prompt: object,
+    tokens: int,
+    *,
+    backend: str = "mlx",
+    state: object = None,
+    **backend_options: object,
+) -> GenerationResult:
+    """Greedy generation of `tokens` new token ids after `prompt` ((n,) or (batch, n) ids)
+    with a program compiled from `llama_generation`'s entries (or from_torch_generation's:
+    inputs are fed by name, see INPUT_ROLES): the prompt, padded with id 0, runs the
+    smallest prefill bucket >= n at position 0, then `tokens - 1` decode steps at
+    positions n, n + 1, ... each feed the previous token. `state` (default: a fresh
+    `program.new_state(backend)`) holds the KV caches; options go to the backend.
+
+    Bad lengths (see GenerationLayout.bucket_for) raise RunError before any call, so the
+    state is untouched."""
+    layout = generation_layout(program)
+    ids = _prompt(prompt, layout.batch)
+    length = ids.shape[1]
+    bucket = layout.bucket_for(length, tokens)
+    state = program.new_state(backend) if state is None else state
+    padded = np.zeros((layout.batch, bucket), np.int32)
+    padded[:, :length] = ids
+    out = np.empty((layout.batch, tokens), np.int32)
+
+    def call(entry: str, ids: np.ndarray, position: int) -> np.ndarray:
+        roles = {"ids": ids, "position": position, "length": length}
+        feeds = _feeds(program.entries[entry].graph, roles)
+        (logits,) = program.run(entry, feeds, backend=backend, state=state, **backend_options)
+        return np.argmax(np.asarray(logits).reshape(layout.batch, -1), axis=-1)
+
+    began = time.perf_counter()
+    out[:, 0] = call(f"prefill{bucket}", padded, 0)
+    prefill_seconds = time.perf_counter() - began
+    began = time.perf_counter()
+    for step in range(1, tokens):
+        out[:, step] = call("decode", out[:, step - 1 : step], length + step - 1)
+    decode_seconds = time.perf_counter() - began
+    return GenerationResult(
+        out, length, bucket, prefill_seconds, decode_seconds, generation_memory(program), state
+    )

@@ -1,0 +1,128 @@
+"""`tensorgraph generate`: runs end to end through `python -m tensorgraph.cli` and
+prints tokens, rates, memory and the reference check; a token mismatch exits 1; bad
+arguments exit 2 with one line and no traceback, before anything is compiled."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensorgraph import cli
+from tensorgraph.models import generation_reference
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = ["--buckets", "4,8", "--max-seq", "16", "--prompt-len", "5", "--tokens", "4"]
+
+
+def tensorgraph(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tensorgraph.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+
+
+@pytest.mark.parametrize("backend", ["numpy", "arena", "mlx"])
+def test_generate_prints_tokens_rates_memory_and_the_check(backend) -> None:
+    result = tensorgraph("generate", "llama", *SMALL, "--backend", backend)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "entries prefill4, prefill8, decode (max_seq 16)" in out
+    assert "prompt: 5 tokens (seed 0), prefill bucket 8" in out  # smallest bucket >= 5
+    (tokens,) = [line for line in out.splitlines() if line.startswith("tokens: ")]
+    ids = [int(t) for t in tokens.split()[1:]]
+    assert len(ids) == 4 and all(0 <= t < 512 for t in ids)  # default vocab 512
+    assert "prefill: " in out and "tokens/s" in out and "(3 steps" in out
+    assert "memory per entry (arena): prefill4 " in out and "decode " in out
+    assert "memory shared: weights " in out and "state " in out and "total " in out
+    assert out.rstrip().endswith("tokens match the NumPy reference: yes")
+
+
+def test_generate_tokens_agree_across_backends_and_seeds_differ() -> None:
+    def ids(*extra: str) -> str:
+        result = tensorgraph("generate", "llama", *SMALL, *extra)
+        assert result.returncode == 0, result.stderr
+        return next(line for line in result.stdout.splitlines() if line.startswith("tokens: "))
+
+    assert ids("--backend", "numpy") == ids("--backend", "arena")
+    assert ids("--backend", "numpy", "--seed", "1") != ids("--backend", "numpy")
+
+
+def test_a_token_mismatch_exits_one(monkeypatch, capsys) -> None:
+    real = generation_reference.reference_generate
+
+    def shifted(config, weights, prompt, tokens):
+        result = real(config, weights, prompt, tokens)
+        wrong = (result.tokens + 1) % config.vocab
+        return generation_reference.ReferenceGeneration(
+            wrong, result.keys, result.values, result.logits
+        )
+
+    monkeypatch.setattr("tensorgraph.models.generation.reference_generate", shifted)
+    assert cli.main(["generate", "llama", *SMALL, "--backend", "numpy"]) == 1
+    out = capsys.readouterr().out
+    assert "tokens match the NumPy reference: NO (first difference at new token 0" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["gpt2"], "argument MODEL: invalid choice: 'gpt2'"),
+        (["llama", "--prompt-len", "0"], "--prompt-len: expects a positive int but got '0'"),
+        (["llama", "--tokens", "-3"], "--tokens: expects a positive int but got '-3'"),
+        (["llama", "--buckets", "8,x"], "--buckets: expects comma-separated positive ints"),
+        (["llama", "--buckets", ""], "--buckets: expects comma-separated positive ints"),
+        (["llama", "--buckets", "0,8"], "--buckets: expects comma-separated positive ints"),
+        (["llama", "--max-seq", "0"], "--max-seq: expects a positive int but got '0'"),
+        (["llama", "--seed", "-1"], "--seed: expects a non-negative int but got '-1'"),
+        (["llama", "--backend", "tpu"], "argument --backend: invalid choice: 'tpu'"),
+        (
+            ["llama", "--buckets", "4,8", "--prompt-len", "9"],
+            "RunError: prompt length 9 is longer than the largest prefill bucket 8",
+        ),
+        (
+            ["llama", "--max-seq", "16", "--buckets", "16", "--prompt-len", "10", "--tokens", "7"],
+            "RunError: prompt length 10 + 7 new tokens = 17 is past the cache length max_seq 16",
+        ),
+        (["llama", "--max-seq", "16", "--buckets", "32"], "no bucket of [32] fits --max-seq 16"),
+    ],
+)
+def test_bad_arguments_exit_two_with_one_line(args, message, capsys) -> None:
+    assert cli.main(["generate", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "", "nothing ran"
+    (line,) = captured.err.strip().splitlines()
+    assert message in line and "Traceback" not in captured.err
+
+
+def test_generate_help_gives_every_default(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli.main(["generate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for option, default in [
+        ("--prompt-len", 16),
+        ("--tokens", 16),
+        ("--backend", "mlx"),
+        ("--buckets", "32,128,512"),
+        ("--max-seq", 512),
+        ("--seed", 0),
+    ]:
+        assert option in text and f"(default: {default})" in text, option
+    assert "hf-llama" in text
+
+
+def test_hf_llama_matches_transformers_generate() -> None:
+    """The imported transformers Llama (random weights from a small config, grouped-query
+    heads) generates the token ids of its own greedy `generate`, through the real entry
+    point (which must import transformers beside the CPU-only torch wheel)."""
+    args = ["--buckets", "8,16", "--max-seq", "32", "--prompt-len", "5", "--tokens", "6"]
+    result = tensorgraph("generate", "hf-llama", *args, "--backend", "numpy")
+    assert result.returncode == 0, result.stderr
+    assert "hf-llama: entries prefill8, prefill16, decode (max_seq 32)" in result.stdout
+    assert "prompt: 5 tokens (seed 0), prefill bucket 8" in result.stdout
+    (tokens,) = [line for line in result.stdout.splitlines() if line.startswith("tokens: ")]
+    assert len(tokens.split()) == 1 + 6
+    assert result.stdout.rstrip().endswith("tokens match transformers generate: yes")
