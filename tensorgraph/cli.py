@@ -465,36 +465,14 @@ HF_LLAMA = {  # a small transformers LlamaConfig: grouped-query heads, random we
 }
 
 
-_TORCHVISION_SCHEMAS: list[object] = []  # keeps the schema definitions alive
-
-
-def _import_transformers(torch: object) -> object:
-    """transformers, importable beside the CPU-only torch wheel. transformers imports
-    torchvision when installed; PyPI's torchvision links its C++ extension against CUDA
-    torch, and without it its import fails registering fake kernels for the
-    `torchvision::nms` / `qnms` schemas that extension defines. Defining those two
-    schemas (only when that import failed) lets it load; the Llama never uses them. The
-    same workaround as tests/models_suite/catalog.py's `_load_torchvision`."""
-    try:
-        import torchvision  # noqa: F401
-    except ImportError:
-        pass  # no torchvision: transformers does without it
-    except RuntimeError:
-        library = torch.library.Library("torchvision", "FRAGMENT")
-        library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        _TORCHVISION_SCHEMAS.append(library)
-    import transformers
-
-    return transformers
-
-
 def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _GenerationModel:
     try:
         import torch
 
-        transformers = _import_transformers(torch)
         from tensorgraph.importers.generation import from_torch_generation
+        from tensorgraph.importers.torch_compat import import_transformers
+
+        transformers = import_transformers()
 
         llama_config, llama_model = transformers.LlamaConfig, transformers.LlamaForCausalLM
     except ImportError as err:  # transformers imports its models lazily, on attribute access

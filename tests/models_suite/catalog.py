@@ -16,32 +16,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from tensorgraph.importers.torch_compat import import_transformers, load_torchvision
+
 
 def _load_torchvision() -> object:
-    """torchvision, importable with the CPU-only torch wheel.
+    """torchvision, importable with the CPU-only torch wheel (see torch_compat)."""
+    return load_torchvision()
 
-    The torchvision wheel on PyPI links its C++ extension (`torchvision._C`) against CUDA
-    torch; with the CPU torch that extension cannot load, and `import torchvision` then
-    fails while registering fake kernels for `torchvision::nms` / `qnms`, whose schemas
-    the extension would have defined. The models are pure Python, so defining those two
-    schemas ourselves (only when the extension failed to load) makes the import work
-    without changing any model."""
-    try:
-        import torchvision
-
-        return torchvision
-    except RuntimeError:
-        pass
-    library = torch.library.Library("torchvision", "FRAGMENT")
-    library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    library.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _LIBRARIES.append(library)  # the definitions last as long as the Library object
-    import torchvision
-
-    return torchvision
-
-
-_LIBRARIES: list[object] = []
 
 VISION = (
     "resnet50",
@@ -85,10 +66,7 @@ def _vision(name: str, full: bool) -> tuple[nn.Module, tuple[torch.Tensor, ...]]
 
 
 def _transformers() -> object:
-    _load_torchvision()  # transformers imports torchvision when it is installed
-    import transformers
-
-    return transformers
+    return import_transformers()
 
 
 def _decoder(config_class: str, **extra: object) -> nn.Module:
