@@ -33,7 +33,12 @@ import mlx.core as mx
 import numpy as np
 
 import tensorgraph as tg
-from tensorgraph.models.generation import generate, llama_generation, llama_weights
+from tensorgraph.models.generation import (
+    generate,
+    generation_layout,
+    llama_generation,
+    llama_weights,
+)
 from tensorgraph.models.llama import LlamaConfig
 
 CONFIGS = {
@@ -156,9 +161,11 @@ def tg_generate(program, prompt: np.ndarray, tokens: int, device: str):
     out = [call(f"prefill{bucket}", {"tokens": padded, "length": np.array(n, np.int32)})]
     mx.reset_peak_memory()
     began = time.perf_counter()
+    layout = generation_layout(program)
     for step in range(1, tokens):
-        feeds = {"token": out[-1][:, None], "pos": np.array(n + step - 1, np.int32)}
-        out.append(call("decode", feeds))
+        position = n + step - 1
+        feeds = {"token": out[-1][:, None], "pos": np.array(position, np.int32)}
+        out.append(call(layout.decode_entry(position), feeds))
     seconds = time.perf_counter() - began
     return np.stack(out, axis=1), seconds, mx.get_peak_memory()
 

@@ -30,7 +30,7 @@ def test_generate_prints_tokens_rates_memory_and_the_check(backend) -> None:
     result = tensorgraph("generate", "llama", *SMALL, "--backend", backend)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "entries prefill4, prefill8, decode (max_seq 16)" in out
+    assert "entries prefill4, prefill8, decode4, decode8, decode (max_seq 16)" in out
     assert "prompt: 5 tokens (seed 0), prefill bucket 8" in out  # smallest bucket >= 5
     (tokens,) = [line for line in out.splitlines() if line.startswith("tokens: ")]
     ids = [int(t) for t in tokens.split()[1:]]

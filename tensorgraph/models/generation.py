@@ -11,6 +11,13 @@ one multi-entry program around per-layer KV caches held as state, and its driver
 - `decode`: `token` (batch, 1) int32 and `pos` () int32. The token's k/v (rotated at
   position pos) are written at row pos; its query attends over the whole cache with the
   bool mask arange(max_seq) <= pos; it returns the logits (batch, vocab) of that token.
+- `decode{W}`, one per window W < max_seq (by default the prefill buckets): the same
+  step, but its query attends over the cache's first W rows only (mask arange(W) <=
+  pos), so a short context reads W rows instead of max_seq: shapes are static, so
+  these are shape buckets of the decode step, as a static-shape compiler keeps them.
+  The entry requires pos < W: `take(arange(W), pos)` makes that a precondition the
+  host checks before the call (a RunError naming pos and W, nothing written), never
+  a silently truncated attention. `generate` picks the smallest window above pos.
 
 Padding: a prefill also writes k/v at rows [length, L), computed from the padding
 tokens. Those rows are garbage, and harmless: decode at pos = length writes row pos
@@ -84,11 +91,13 @@ def _layer(
     caches: tuple[Tensor, Tensor],
     position: int | Tensor,
     mask: Tensor | None,
+    window: int | None = None,
 ) -> Tensor:
     """One decoder layer over h (batch, rows, dim) at positions position + [0, rows): the
     rows' k/v are written into the caches at row `position` and become the caches' state
     updates. Without a mask (prefill, position 0) the queries attend causally over their
-    own rows; with one (decode) over the whole updated cache under `mask`."""
+    own rows; with one (decode) over the updated cache's first `window` rows (all when
+    None) under `mask`."""
     g = h.graph
     x = rms_norm(h, p["attn_norm"], config.eps)
     q, k, v = (split_heads(x @ p[name], config.heads) for name in ("wq", "wk", "wv"))
@@ -102,7 +111,10 @@ def _layer(
     if mask is None:
         attended = attention(q, k, v, "causal")
     else:
-        attended = attention(q, k_cache, v_cache, mask)
+        keys, values = k_cache, v_cache
+        if window is not None and window < k_cache.shape[2]:
+            keys, values = tg.narrow(k_cache, 2, 0, window), tg.narrow(v_cache, 2, 0, window)
+        attended = attention(q, keys, values, mask)
     h = h + merge_heads(attended) @ p["wo"]
     mlp_in = rms_norm(h, p["mlp_norm"], config.eps)
     return h + swiglu_mlp(mlp_in, p["w_gate"], p["w_up"], p["w_down"])
@@ -116,9 +128,11 @@ def _decoder(
     ids: Tensor,
     position: int | Tensor,
     mask: Tensor | None,
+    window: int | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """(hidden states after every layer, the params by name) for `ids`: every weight is
-    bound in `g` under its name, and layer i reads and updates the states k{i}, v{i}."""
+    bound in `g` under its name, and layer i reads and updates the states k{i}, v{i}
+    (attending over their first `window` rows under `mask`, when given)."""
     dtype = dtype_of(config.dtype)
     params = {name: g.param(name, a.shape, dtype, a) for name, a in weights.items()}
     shape = (config.batch, config.heads, max_seq, config.dim // config.heads)
@@ -126,7 +140,7 @@ def _decoder(
     for i in range(config.layers):
         p = {key: params[f"l{i}.{key}"] for key in LAYER_KEYS}
         caches = (g.state(f"k{i}", shape, dtype), g.state(f"v{i}", shape, dtype))
-        h = _layer(h, p, config, caches, position, mask)
+        h = _layer(h, p, config, caches, position, mask, window)
     return h, params
 
 
@@ -148,13 +162,23 @@ def prefill_graph(
     return g
 
 
-def decode_graph(config: LlamaConfig, weights: Mapping[str, np.ndarray], max_seq: int) -> tg.Graph:
-    """The `decode` entry (see the module docstring)."""
-    g = tg.Graph("decode")
+def decode_graph(
+    config: LlamaConfig,
+    weights: Mapping[str, np.ndarray],
+    max_seq: int,
+    window: int | None = None,
+) -> tg.Graph:
+    """The `decode` entry, or with `window` < max_seq the `decode{window}` entry (see
+    the module docstring)."""
+    window = max_seq if window is None else window
+    g = tg.Graph("decode" if window == max_seq else f"decode{window}")
     token = g.input("token", (config.batch, 1), tg.int32)
     pos = g.input("pos", (), tg.int32)
-    visible = (tg.arange(g, 0, max_seq) <= pos).reshape(1, max_seq)  # keys 0..pos
-    h, params = _decoder(g, weights, config, max_seq, token, pos, visible)
+    rows = tg.arange(g, 0, window)
+    # take(rows, pos) == pos for 0 <= pos < window, and a checked index error otherwise
+    last = pos if window == max_seq else tg.take(rows, pos, axis=0)
+    visible = (rows <= last).reshape(1, window)  # keys 0..pos of the window
+    h, params = _decoder(g, weights, config, max_seq, token, pos, visible, window)
     g.output(_logits(h.reshape(config.batch, config.dim), params, config))
     return g
 
@@ -165,9 +189,11 @@ def llama_generation(
     max_seq: int = 512,
     buckets: Sequence[int] = DEFAULT_BUCKETS,
     seed: int = 0,
+    windows: Sequence[int] | None = None,
 ) -> dict[str, tg.Graph]:
     """The generation entries of the zoo Llama: "prefill{L}" for every bucket L <= max_seq
-    (ascending) and "decode", all binding `llama_weights(config, seed)`; ready for
+    (ascending), "decode{W}" for every decode window W < max_seq (None: the buckets;
+    () for none) and "decode", all binding `llama_weights(config, seed)`; ready for
     `tg.compile(entries)`. `config.seq` is not used (the buckets are the prompt lengths).
 
     GraphError names a bad max_seq, an empty or non-positive bucket list, or buckets of
@@ -186,6 +212,11 @@ def llama_generation(
         )
     weights = llama_weights(config, seed)
     entries = {f"prefill{b}": prefill_graph(config, weights, b, max_seq) for b in fitting}
+    chosen = fitting if windows is None else sorted(set(windows))
+    if any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in chosen):
+        raise GraphError(f"llama_generation: windows must be positive ints but got {windows!r}")
+    for window in (w for w in chosen if w < max_seq):
+        entries[f"decode{window}"] = decode_graph(config, weights, max_seq, window)
     entries["decode"] = decode_graph(config, weights, max_seq)
     return entries
 
@@ -241,12 +272,19 @@ class GenerationResult:
 @frozen
 class GenerationLayout:
     """What a generation program accepts: its prefill `buckets` (ascending), the cache
-    length `max_seq`, the `batch` and the `vocab`."""
+    length `max_seq`, the `batch`, the `vocab` and its decode `windows` (ascending)."""
 
     buckets: tuple[int, ...]
     max_seq: int
     batch: int
     vocab: int
+    windows: tuple[int, ...] = ()
+
+    def decode_entry(self, position: int) -> str:
+        """The decode entry for a step at `position`: the smallest window above it, else
+        the whole-cache "decode"."""
+        fitting = [w for w in self.windows if position < w]
+        return f"decode{min(fitting)}" if fitting else "decode"
 
     def bucket_for(self, prompt_length: int, new_tokens: int) -> int:
         """`choose_bucket` for this program's buckets and max_seq."""
@@ -281,6 +319,9 @@ def generation_layout(program: object) -> GenerationLayout:
     (batch, heads, max_seq, head_dim) cache). RunError when an entry is missing."""
     entries = program.entries
     buckets = sorted(int(n[len("prefill") :]) for n in entries if n.startswith("prefill"))
+    windows = sorted(
+        int(n[len("decode") :]) for n in entries if n.startswith("decode") and n != "decode"
+    )
     if "decode" not in entries or not buckets:
         raise RunError(
             f"a generation program needs 'decode' and 'prefill<L>' entries but has "
@@ -290,7 +331,9 @@ def generation_layout(program: object) -> GenerationLayout:
     token = next(n for n in decode.inputs if INPUT_ROLES.get(n.name) == "ids")
     logits = decode.node(decode.returned[0])
     max_seq = next(n.shape[2] for n in decode.states if len(n.shape) == 4)
-    return GenerationLayout(tuple(buckets), max_seq, token.shape[0], logits.shape[-1])
+    return GenerationLayout(
+        tuple(buckets), max_seq, token.shape[0], logits.shape[-1], tuple(windows)
+    )
 
 
 # What each entry input is, by name: the zoo entries' names and those of
@@ -350,7 +393,8 @@ def generate(
     with a program compiled from `llama_generation`'s entries (or from_torch_generation's:
     inputs are fed by name, see INPUT_ROLES): the prompt, padded with id 0, runs the
     smallest prefill bucket >= n at position 0, then `tokens - 1` decode steps at
-    positions n, n + 1, ... each feed the previous token. `state` (default: a fresh
+    positions n, n + 1, ... each feed the previous token (each on the smallest decode
+    window above its position, see GenerationLayout.decode_entry). `state` (default: a fresh
     `program.new_state(backend)`) holds the KV caches; options go to the backend.
 
     Bad lengths (see GenerationLayout.bucket_for) raise RunError before any call, so the
@@ -375,7 +419,8 @@ def generate(
     prefill_seconds = time.perf_counter() - began
     began = time.perf_counter()
     for step in range(1, tokens):
-        out[:, step] = call("decode", out[:, step - 1 : step], length + step - 1)
+        position = length + step - 1
+        out[:, step] = call(layout.decode_entry(position), out[:, step - 1 : step], position)
     decode_seconds = time.perf_counter() - began
     return GenerationResult(
         out, length, bucket, prefill_seconds, decode_seconds, generation_memory(program), state

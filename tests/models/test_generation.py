@@ -18,6 +18,7 @@ from tensorgraph.errors import GraphError, RunError
 from tensorgraph.models.generation import (
     choose_bucket,
     generate,
+    generation_layout,
     llama_generation,
     llama_weights,
     reference_generate,
@@ -111,7 +112,9 @@ def test_reference_agrees_with_the_zoo_llama_prefill(config, data) -> None:
 def test_entries_names_shapes_and_shared_weights() -> None:
     config = LlamaConfig(batch=2, dim=16, heads=2, hidden=24, layers=2, vocab=20)
     entries = llama_generation(config, max_seq=40, buckets=(64, 8, 32), seed=0)
-    assert list(entries) == ["prefill8", "prefill32", "decode"], "buckets past max_seq drop"
+    assert list(entries) == ["prefill8", "prefill32", "decode8", "decode32", "decode"], (
+        "buckets past max_seq drop; the fitting ones are also decode windows"
+    )
     weights = llama_weights(config)
     for graph in entries.values():
         assert graph.param_values.keys() == weights.keys()
@@ -223,7 +226,7 @@ def test_generation_memory_and_rates() -> None:
     result = generate(program, [1, 2, 3], 5, backend="numpy")
     assert result.tokens.shape == (1, 5) and result.bucket == 4
     memory = result.memory
-    assert set(memory.entries) == {"prefill4", "prefill8", "decode"}
+    assert set(memory.entries) == {"prefill4", "prefill8", "decode4", "decode8", "decode"}
     assert memory.arena == max(memory.entries.values()) == program.arena_size
     assert memory.total == program.arena_size + program.constant_size + program.state_size
     # 3 prompt tokens in the prefill, 4 tokens from 4 decode steps
@@ -255,6 +258,10 @@ def test_bad_lengths_and_positions_leave_the_state_unchanged(backend) -> None:
     feeds = {"token": np.zeros((1, 1), np.int32), "pos": np.array(12, np.int32)}
     with pytest.raises(RunError, match=r"12.*12"):
         program.run("decode", feeds, backend=backend, state=state)
+    # a decode window of 8 rows cannot attend to position 8: checked, never truncated
+    feeds["pos"] = np.array(8, np.int32)
+    with pytest.raises(RunError, match="index 8 is out of range for axis 0 of size 8"):
+        program.run("decode8", feeds, backend=backend, state=state)
     after = snapshot(state, config)
     for name, value in before.items():
         assert np.array_equal(after[name], value), name
@@ -267,3 +274,24 @@ def test_prompt_shape_and_ids_are_checked() -> None:
         generate(program, np.zeros((3, 2), np.int32), 1, backend="numpy")
     with pytest.raises(RunError, match="must be integers"):
         generate(program, np.zeros(2, np.float32), 1, backend="numpy")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "arena", "mlx"])
+def test_every_decode_window_gives_the_whole_cache_decodes_logits(backend) -> None:
+    """decode{W} attends over the first W rows: at any pos < W its logits equal those of
+    the whole-cache decode on the same state (the mask hides every row past pos)."""
+    config = LlamaConfig(dim=16, heads=2, hidden=24, layers=2, vocab=20)
+    program = compiled(config, 16, (4, 8), 0)
+    assert generation_layout(program).windows == (4, 8)
+    for pos in (0, 3, 5, 7):
+        logits = {}
+        for entry in ("decode", "decode8") + (("decode4",) if pos < 4 else ()):
+            state = program.new_state(backend)
+            generate(program, [1, 2, 3], 1, backend=backend, state=state)
+            token = {"token": np.array([[pos % 20]], np.int32), "pos": np.array(pos, np.int32)}
+            (logits[entry],) = program.run(entry, token, backend=backend, state=state)
+        for entry, value in logits.items():
+            np.testing.assert_allclose(value, logits["decode"], rtol=1e-5, atol=1e-6, err_msg=entry)
+    assert generation_layout(program).decode_entry(3) == "decode4"
+    assert generation_layout(program).decode_entry(4) == "decode8"
+    assert generation_layout(program).decode_entry(8) == "decode"
