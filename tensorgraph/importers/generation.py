@@ -23,15 +23,16 @@ Entries (all token ids and positions int64; B = `batch`, V = the vocabulary size
   position. Output: its logits (B, 1, V).
 
 Every row of a batch shares `position` and `length`. A write past the cache (position +
-rows > max_seq) is a RunError at run time (the cache write's index range check). How
-the exported program writes the cache, and so what the importer maps: at the start of
-a call every `cumulative_length_{i}` is set to `position` (a state of shape () that the
+rows > max_seq) is a RunError at run time (the cache write's start check). How the
+exported program writes the cache, and so what the importer maps: at the start of a
+call every `cumulative_length_{i}` is set to `position` (a state of shape () that the
 program writes and never reads back); the cache rows go through
 `keys.index_copy_(2, arange(L) + position, k)`, which Core ATen spells
-`index_put(keys, [None, None, positions], k)` and the importer maps to `index_update`;
-the attention mask is `arange(max_seq) <= positions[:, None]` (causal by position) over
-the whole cache, and grouped-query heads read the cache repeated per query head (an
-expand + reshape of transformers' own repeat_kv).
+`index_put(keys, [None, None, positions], k)` and the importer maps to a `slice_update`
+at `position` (the rows are that contiguous run: `patterns.first_row`); the attention
+mask is `arange(max_seq) <= positions[:, None]` (causal by position) over the whole
+cache, and the grouped-query heads torch repeats per query head (transformers' own
+repeat_kv, an expand + reshape) read the unrepeated cache (`patterns.grouped_heads`).
 """
 
 from __future__ import annotations

@@ -159,7 +159,9 @@ def test_a_write_past_the_cache_is_a_run_error_and_leaves_the_state(llama, backe
     prefill(multi, state, backend, [1, 2, 3])
     before = state["key_cache_0"]
     feeds = {"input_ids": np.array([[4]], np.int64), "position": np.int64(MAX_SEQ)}
-    with pytest.raises(tg.RunError, match=rf"index {MAX_SEQ} is out of range .* size {MAX_SEQ}"):
+    # the cache write is a slice_update at `position` (one row): its start check refuses it
+    message = rf"slice_update: start {MAX_SEQ} \+ 1 rows is past the length {MAX_SEQ} of axis 2"
+    with pytest.raises(tg.RunError, match=message):
         multi.run("decode", feeds, backend=backend, state=state)
     np.testing.assert_array_equal(state["key_cache_0"], before)
 
@@ -179,7 +181,7 @@ def test_the_saved_program_generates_the_same_tokens(llama, tmp_path) -> None:
 
 
 def test_cache_writes_are_planned_in_place(llama) -> None:
-    """index_update over a cache state is an in-place update: no entry copies a key or
+    """The cache writes (slice_updates) are in-place updates: no entry copies a key or
     value cache (only the 0-d length counters may be copied in)."""
     from tensorgraph.planner.report import copied_states
 
@@ -188,3 +190,22 @@ def test_cache_writes_are_planned_in_place(llama) -> None:
         copied = copied_states(program.plan, program.graph)
         assert all("cache" not in name for name in copied), copied
         assert sum("cache" in n for n in program.graph.state_updates) == 2 * LAYERS
+
+
+def test_cache_writes_are_slice_updates_and_attention_reads_kv_heads(llama) -> None:
+    """Every entry writes each cache with one slice_update at a run-time start (no
+    index_update scatter) and attends over the 2 kv heads as stored (no repeat_kv
+    broadcast to the 4 query heads)."""
+    _, multi = llama
+    for name, program in multi.entries.items():
+        graph = program.graph
+        ops = [node.op for node in graph.nodes]
+        assert "index_update" not in ops and "broadcast_to" not in ops, name
+        writes = [graph.node(i) for n, i in graph.state_updates.items() if "cache" in n]
+        assert [node.op for node in writes] == ["slice_update"] * 2 * LAYERS, name
+        assert all(len(node.inputs) == 3 for node in writes), name  # a run-time start
+        attention = [n for n in graph.nodes if n.op == "scaled_dot_product_attention"]
+        assert len(attention) == LAYERS, name
+        for node in attention:
+            q, k, v = (graph.node(i).shape for i in node.inputs[:3])
+            assert q[1] == 4 and k == v == (1, 2, MAX_SEQ, 16), name
