@@ -7,7 +7,10 @@ end). Each maps torch's semantics onto the fused IR op (`ir.fused`):
   produce: torch's `is_causal` aligns the mask top-left (query i sees keys j <= i), the
   IR's causal flag bottom-right (MLX's); they agree when L == S, and otherwise the
   handler passes torch's mask explicitly as a bool Tensor. Grouped-query heads need no
-  `enable_gqa` on the IR side (a multiple of the kv heads is always allowed).
+  `enable_gqa` on the IR side (a multiple of the kv heads is always allowed), so k and
+  v repeated per query head by torch's repeat_kv (expand + reshape) are passed without
+  the repeat (`patterns.grouped_heads` proves it from their shapes): no copy of the
+  cache per query head.
 - `layer_norm` / `native_layer_norm` over several trailing axes reshape them into one
   (the IR op normalises the last axis) and back; `rms_norm` with `eps=None` uses torch's
   default, the machine epsilon of the input's dtype.
@@ -26,6 +29,7 @@ from collections.abc import Sequence
 import tensorgraph as tg
 from tensorgraph.errors import GraphError
 from tensorgraph.importers.aten import Context, handles
+from tensorgraph.importers.patterns import grouped_heads
 from tensorgraph.ir.tensor import Tensor
 
 # the float epsilon torch's rms_norm uses when `eps` is None
@@ -73,6 +77,8 @@ def _attention(
         is_causal = False
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    if q.ndim == 4 and k.ndim == 4 and v.ndim == 4:
+        k, v = grouped_heads(k, v, q.shape[1])
     return tg.scaled_dot_product_attention(
         q, k, v, scale=scale, mask="causal" if is_causal else mask
     )

@@ -9,6 +9,10 @@ the buffer a state and that result its update). The handler maps the forms with 
 index tensor (1-D, or 0-D for one position); anything else (several index tensors, a
 bool mask, accumulate=True) is Unsupported, named with its arguments.
 
+The cache's positions are `arange(L) + position`: when `patterns.first_row` proves an
+index is such a contiguous run (or has one row), the write is a `slice_update` at its
+first row (one block copy, run-time start) instead of an `index_update` (a scatter).
+
 Index semantics are index_put's: negative indices wrap as Python indexing does (-1 is
 the last row), then index_update's range check makes -size - 1 and size run-time
 errors, as torch raises them. (An index_copy reaches the importer as this index_put, so
@@ -22,6 +26,7 @@ from collections.abc import Sequence
 import tensorgraph as tg
 from tensorgraph.importers.aten import Context, cast, handles, require
 from tensorgraph.importers.aten_index import _wrap
+from tensorgraph.importers.patterns import first_row
 from tensorgraph.ir.tensor import Tensor
 from tensorgraph.ir.updates import index_update
 
@@ -34,6 +39,16 @@ def _write(x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
     if src.shape != block:
         src = tg.broadcast_to(src, block)
     return index_update(x, src, index, dim)
+
+
+def _write_run(x: Tensor, dim: int, first: int | Tensor, rows: int, src: Tensor) -> Tensor:
+    """x with src's `rows` slices written at first, first + 1, ... along `dim` (src cast
+    and broadcast as in `_write`); slice_update checks the run fits the axis."""
+    block = (*x.shape[:dim], rows, *x.shape[dim + 1 :])
+    src = cast(src, x.dtype)
+    if src.shape != block:
+        src = tg.broadcast_to(src, block)
+    return tg.slice_update(x, src, dim, first)
 
 
 def _one_position(x: Tensor, dim: int, index: Tensor, src: Tensor) -> tuple[Tensor, Tensor]:
@@ -62,4 +77,8 @@ def _index_put(
     require(index.ndim <= 1, f"index_put with a {index.ndim}-D index tensor")
     if index.ndim == 0:
         index, values = _one_position(x, dim, index, values)
-    return _write(x, dim, _wrap(index, x.shape[dim]), values)
+    first = first_row(index, x.shape[dim])
+    if first is None:
+        return _write(x, dim, _wrap(index, x.shape[dim]), values)
+    # rows first .. first + L - 1 in order (first_row's proof): the same block
+    return _write_run(x, dim, first, index.shape[0], values)

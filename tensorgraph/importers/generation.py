@@ -8,7 +8,9 @@ i, as transformers' own ExecuTorch recipe registers them), exports one program p
 with `torch.export` (strict, as that recipe does), and imports each with the importer of
 `importers.torch_export`: the buffers the program mutates become states of those names
 and their mutations the state updates, so every entry reads and writes the same cache.
-The result is a dict ready for `tg.compile(entries)` (one MultiProgram).
+States no entry reads are then dropped, so the entries' states are exactly the
+`key_cache_{i}` and `value_cache_{i}` of shape (B, kv heads, max_seq, head dim). The
+result is a dict ready for `tg.compile(entries)` (one MultiProgram).
 
 Entries (all token ids and positions int64; B = `batch`, V = the vocabulary size):
 
@@ -23,15 +25,16 @@ Entries (all token ids and positions int64; B = `batch`, V = the vocabulary size
   position. Output: its logits (B, 1, V).
 
 Every row of a batch shares `position` and `length`. A write past the cache (position +
-rows > max_seq) is a RunError at run time (the cache write's index range check). How
-the exported program writes the cache, and so what the importer maps: at the start of
-a call every `cumulative_length_{i}` is set to `position` (a state of shape () that the
-program writes and never reads back); the cache rows go through
+rows > max_seq) is a RunError at run time (the cache write's start check). How the
+exported program writes the cache, and so what the importer maps: at the start of a
+call every `cumulative_length_{i}` is set to `position` (written and never read back:
+dropped); the cache rows go through
 `keys.index_copy_(2, arange(L) + position, k)`, which Core ATen spells
-`index_put(keys, [None, None, positions], k)` and the importer maps to `index_update`;
-the attention mask is `arange(max_seq) <= positions[:, None]` (causal by position) over
-the whole cache, and grouped-query heads read the cache repeated per query head (an
-expand + reshape of transformers' own repeat_kv).
+`index_put(keys, [None, None, positions], k)` and the importer maps to a `slice_update`
+at `position` (the rows are that contiguous run: `patterns.first_row`); the attention
+mask is `arange(max_seq) <= positions[:, None]` (causal by position) over the whole
+cache, and the grouped-query heads torch repeats per query head (transformers' own
+repeat_kv, an expand + reshape) read the unrepeated cache (`patterns.grouped_heads`).
 """
 
 from __future__ import annotations
@@ -139,7 +142,38 @@ def from_torch_generation(
         "input_ids": torch.zeros(batch, 1, dtype=torch.int64),
         "position": position,
     }
-    return {name: _export(wrapper, name, kwargs) for name, kwargs in examples.items()}
+    entries = {name: _export(wrapper, name, kwargs) for name, kwargs in examples.items()}
+    return _without_unread_states(entries)
+
+
+def _without_unread_states(entries: dict[str, tg.Graph]) -> dict[str, tg.Graph]:
+    """The entries less the states that no entry reads, by a node or as an output (the
+    `cumulative_length_{i}` counters, which every call overwrites with `position`
+    first): no call's result depends on such a state's value, so dropping it and its
+    update changes no output and saves carrying it in and out on every call."""
+    read = set()
+    for graph in entries.values():
+        users, outputs = graph.users(), set(graph.outputs)
+        read |= {node.name for node in graph.states if users[node.id] or node.id in outputs}
+    return {name: _drop_states(graph, read) for name, graph in entries.items()}
+
+
+def _drop_states(graph: tg.Graph, read: set[str]) -> tg.Graph:
+    """`graph` without its states outside `read` (their state nodes and updates)."""
+    dropped = {node.id for node in graph.states if node.name not in read}
+    if not dropped:
+        return graph
+    positions = graph.state_positions
+    gone = {k for name, k in positions.items() if name not in read}
+    kept = [k for k in range(len(graph.outputs)) if k not in gone]
+    new_position = {old: new for new, old in enumerate(kept)}
+    return tg.Graph.from_nodes(
+        graph.name,
+        [node for node in graph.nodes if node.id not in dropped],
+        [graph.outputs[k] for k in kept],
+        graph.param_values,
+        {name: new_position[k] for name, k in positions.items() if name in read},
+    )
 
 
 def _export(wrapper: _StaticCacheLM, name: str, kwargs: dict[str, torch.Tensor]) -> tg.Graph:

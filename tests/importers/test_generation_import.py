@@ -86,8 +86,8 @@ def test_entries_and_their_inputs(llama) -> None:
         ("input_ids", (1, 1), tg.int64),
         ("position", (), tg.int64),
     }
-    cache = {(s.name, s.shape) for s in decode.states if "cache" in s.name}
-    assert cache == {
+    # only the caches: the write-only cumulative_length counters are dropped
+    assert {(s.name, s.shape) for s in decode.states} == {
         (f"{kind}_cache_{i}", (1, 2, MAX_SEQ, 16)) for kind in ("key", "value") for i in range(2)
     }
 
@@ -159,7 +159,9 @@ def test_a_write_past_the_cache_is_a_run_error_and_leaves_the_state(llama, backe
     prefill(multi, state, backend, [1, 2, 3])
     before = state["key_cache_0"]
     feeds = {"input_ids": np.array([[4]], np.int64), "position": np.int64(MAX_SEQ)}
-    with pytest.raises(tg.RunError, match=rf"index {MAX_SEQ} is out of range .* size {MAX_SEQ}"):
+    # the cache write is a slice_update at `position` (one row): its start check refuses it
+    message = rf"slice_update: start {MAX_SEQ} \+ 1 rows is past the length {MAX_SEQ} of axis 2"
+    with pytest.raises(tg.RunError, match=message):
         multi.run("decode", feeds, backend=backend, state=state)
     np.testing.assert_array_equal(state["key_cache_0"], before)
 
@@ -179,12 +181,62 @@ def test_the_saved_program_generates_the_same_tokens(llama, tmp_path) -> None:
 
 
 def test_cache_writes_are_planned_in_place(llama) -> None:
-    """index_update over a cache state is an in-place update: no entry copies a key or
-    value cache (only the 0-d length counters may be copied in)."""
+    """The cache writes (slice_updates) are in-place updates: no entry copies a state."""
     from tensorgraph.planner.report import copied_states
 
     _, multi = llama
     for program in multi.entries.values():
-        copied = copied_states(program.plan, program.graph)
-        assert all("cache" not in name for name in copied), copied
-        assert sum("cache" in n for n in program.graph.state_updates) == 2 * LAYERS
+        assert copied_states(program.plan, program.graph) == []
+        assert len(program.graph.state_updates) == 2 * LAYERS
+
+
+def test_cache_writes_are_slice_updates_and_attention_reads_kv_heads(llama) -> None:
+    """Every entry writes each cache with one slice_update at a run-time start (no
+    index_update scatter) and attends over the 2 kv heads as stored (no repeat_kv
+    broadcast to the 4 query heads)."""
+    _, multi = llama
+    for name, program in multi.entries.items():
+        graph = program.graph
+        ops = [node.op for node in graph.nodes]
+        assert "index_update" not in ops and "broadcast_to" not in ops, name
+        writes = [graph.node(i) for i in graph.state_updates.values()]
+        assert [node.op for node in writes] == ["slice_update"] * 2 * LAYERS, name
+        assert all(len(node.inputs) == 3 for node in writes), name  # a run-time start
+        attention = [n for n in graph.nodes if n.op == "scaled_dot_product_attention"]
+        assert len(attention) == LAYERS, name
+        for node in attention:
+            q, k, v = (graph.node(i).shape for i in node.inputs[:3])
+            assert q[1] == 4 and k == v == (1, 2, MAX_SEQ, 16), name
+
+
+def test_a_state_that_no_entry_reads_is_dropped() -> None:
+    """_without_unread_states on hand-built entries: "count" is written by both and read
+    by neither (dropped with its update), "seen" is read by one only (kept in both),
+    "echo" is read as an output (kept)."""
+    from tensorgraph.importers.generation import _without_unread_states
+
+    def entry(reads_seen: bool) -> tg.Graph:
+        g = tg.Graph("reads" if reads_seen else "writes")
+        x = g.input("x", (2,), tg.float32)
+        count, seen = g.state("count", (), tg.int64), g.state("seen", (2,), tg.float32)
+        echo = g.state("echo", (2,), tg.float32)
+        g.output((x + seen) if reads_seen else x * 2)
+        g.output(echo)
+        g.update_state(count, g.constant(7, tg.int64))
+        g.update_state(seen, x)
+        g.update_state(echo, x)
+        return g
+
+    entries = _without_unread_states({"a": entry(True), "b": entry(False)})
+    multi = tg.compile(entries)
+    for name, graph in entries.items():
+        assert [s.name for s in graph.states] == ["seen", "echo"], name
+        assert set(graph.state_updates) == {"seen", "echo"}, name
+    # b then a: a returns x + seen = [1, 2] + [3, 4] (b's x) = [4, 6], and echo = b's x
+    state = multi.new_state("numpy")
+    multi.run("b", {"x": np.array([3, 4], np.float32)}, backend="numpy", state=state)
+    summed, echoed = multi.run(
+        "a", {"x": np.array([1, 2], np.float32)}, backend="numpy", state=state
+    )
+    np.testing.assert_array_equal(summed, [4, 6])
+    np.testing.assert_array_equal(echoed, [3, 4])
