@@ -101,7 +101,12 @@ def test_layer_and_rms_norm_match_the_oracle(shape, last, affine, seed) -> None:
         bt = rest.pop(0) if bias else None
         return tg.layer_norm(x, wt, bt, eps=1e-5), tg.rms_norm(x, wt, eps=1e-6)
 
-    check(build, *arrays, **NORM)
+    # float32 normalisation loses about a few ulps of max|x| / std per row: rows of
+    # nearly equal values (a 2-element row, say) are ill-conditioned, so the tolerance
+    # grows with the worst row's max|x| / std (1 for well-spread rows)
+    spread = np.sqrt(x.astype(np.float64).var(axis=-1) + 1e-5)
+    condition = float(np.max(np.max(np.abs(x), axis=-1) / spread))
+    check(build, *arrays, rtol=1e-5, atol=max(NORM["atol"], 4e-6 * condition))
 
 
 @settings(max_examples=12)
