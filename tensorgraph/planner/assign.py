@@ -55,6 +55,7 @@ from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, ce
 from tensorgraph.planner.improve import lowest_gap, repair
 from tensorgraph.planner.interval_index import IntervalIndex, Lifetimes
 from tensorgraph.planner.search import Work, check_limits, default_budget, minimize
+from tensorgraph.planner.waves import count_conflicts, place_in_waves
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
@@ -64,6 +65,8 @@ REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest; exact sea
 # Work units (about a microsecond each on the reference machine, see planner.search):
 PLACE_UNITS = 8  # per buffer a placement pass places (interval index query, bookkeeping)
 NEAR = 2  # plus one per NEAR placed neighbours its gap search sorts and scans
+PAIR_LIMIT = 1 << 23  # conflict pairs above which placement skips `planner.waves` (its
+# conflict lists take about 50 bytes a pair; the interval index keeps no pair list)
 
 
 def place_in_order(
@@ -89,10 +92,34 @@ def _place(
     lifetimes: Lifetimes | None,
     allowance: int | None,
 ) -> Assignment | None:
-    """`place_in_order`, abandoned (None) as soon as its cost would exceed `allowance`."""
-    index = IntervalIndex(Lifetimes.of(buffers) if lifetimes is None else lifetimes)
-    spans = _Spans([0] * len(buffers), [0] * len(buffers), np.zeros((2, len(buffers)), np.int64))
+    """`place_in_order`, abandoned (None) when its cost would exceed `allowance`. In wave
+    (`planner.waves`) when no offset can reach 2**63 and the conflict pairs are at most
+    PAIR_LIMIT; otherwise one buffer at a time with the interval index. Both give the
+    same offsets and cost, so the choice never changes a plan."""
+    lifetimes = Lifetimes.of(buffers) if lifetimes is None else lifetimes
     wide = sum(b.size for b in buffers) + len(buffers) * (alignment - 1) >= INT64_END
+    if not wide:
+        sizes = np.fromiter((b.size for b in buffers), np.int64, len(buffers))
+        positions = np.asarray(order, np.int64)
+        positions = positions[sizes[positions] > 0]
+        start, end = lifetimes.start_array[positions], lifetimes.end_array[positions]
+        # The loop's cost, known in advance: every placed buffer scans each conflicting
+        # buffer placed before it, so `scanned` ends at the number of conflicting pairs.
+        conflicts = count_conflicts(start, end)
+        cost = len(positions) * PLACE_UNITS + conflicts // NEAR
+        if allowance is not None and cost > allowance:
+            return None
+        if conflicts <= PAIR_LIMIT:
+            sizes = sizes[positions]
+            placed = place_in_waves(sizes, start, end, alignment)
+            offsets = np.zeros(len(buffers), np.int64)
+            offsets[positions] = placed
+            top = int((placed + sizes).max()) if len(positions) else 0
+            return Assignment(
+                dict(zip([b.id for b in buffers], offsets.tolist(), strict=True)), top, cost
+            )
+    index = IntervalIndex(lifetimes)
+    spans = _Spans([0] * len(buffers), [0] * len(buffers), np.zeros((2, len(buffers)), np.int64))
     top = placed = scanned = 0
     for i in order:
         size = buffers[i].size
