@@ -73,14 +73,14 @@ def place_in_order(
     buffers: Sequence[Buffer],
     order: Sequence[int],
     alignment: int,
-    lifetimes: Lifetimes | None = None,
+    columns: Columns | None = None,
 ) -> Assignment:
     """Place `buffers[i]` for i in `order` (a permutation of positions), each at the lowest
     multiple of `alignment` where it overlaps no placed buffer it conflicts with in time.
-    `lifetimes` (`Lifetimes.of(buffers)`) may be passed to share it between calls. The
+    `columns` (`Columns.of(buffers)`) may be passed to share it between calls. The
     result's `work` is the pass's cost in work units (see the module docstring).
     PlanError naming the buffer that would end at byte 2**63 or beyond."""
-    plan = _place(buffers, order, alignment, lifetimes, None)
+    plan = _place(buffers, order, alignment, columns, None)
     assert plan is not None  # only an allowance stops a pass
     return plan
 
@@ -89,20 +89,19 @@ def _place(
     buffers: Sequence[Buffer],
     order: Sequence[int],
     alignment: int,
-    lifetimes: Lifetimes | None,
+    columns: Columns | None,
     allowance: int | None,
 ) -> Assignment | None:
-    """`place_in_order`, abandoned (None) when its cost would exceed `allowance`. In wave
+    """`place_in_order`, abandoned (None) when its cost would exceed `allowance`. In waves
     (`planner.waves`) when no offset can reach 2**63 and the conflict pairs are at most
     PAIR_LIMIT; otherwise one buffer at a time with the interval index. Both give the
     same offsets and cost, so the choice never changes a plan."""
-    lifetimes = Lifetimes.of(buffers) if lifetimes is None else lifetimes
-    wide = sum(b.size for b in buffers) + len(buffers) * (alignment - 1) >= INT64_END
+    columns = Columns.of(buffers) if columns is None else columns
+    wide = _total(columns.size) + len(buffers) * (alignment - 1) >= INT64_END
     if not wide:
-        sizes = np.fromiter((b.size for b in buffers), np.int64, len(buffers))
         positions = np.asarray(order, np.int64)
-        positions = positions[sizes[positions] > 0]
-        start, end = lifetimes.start_array[positions], lifetimes.end_array[positions]
+        positions = positions[columns.size[positions] > 0]
+        start, end = columns.start[positions], columns.end[positions]
         # The loop's cost, known in advance: every placed buffer scans each conflicting
         # buffer placed before it, so `scanned` ends at the number of conflicting pairs.
         conflicts = count_conflicts(start, end)
@@ -110,7 +109,7 @@ def _place(
         if allowance is not None and cost > allowance:
             return None
         if conflicts <= PAIR_LIMIT:
-            sizes = sizes[positions]
+            sizes = columns.size[positions]
             placed = place_in_waves(sizes, start, end, alignment)
             offsets = np.zeros(len(buffers), np.int64)
             offsets[positions] = placed
@@ -118,7 +117,7 @@ def _place(
             return Assignment(
                 dict(zip([b.id for b in buffers], offsets.tolist(), strict=True)), top, cost
             )
-    index = IntervalIndex(lifetimes)
+    index = IntervalIndex(Lifetimes.of_steps(columns.start, columns.end))
     spans = _Spans([0] * len(buffers), [0] * len(buffers), np.zeros((2, len(buffers)), np.int64))
     top = placed = scanned = 0
     for i in order:
@@ -146,6 +145,12 @@ def _place(
         index.add(i)
     offsets = {b.id: spans.low[i] for i, b in enumerate(buffers)}
     return Assignment(offsets, top, work=placed * PLACE_UNITS + scanned // NEAR)
+
+
+def _total(sizes: np.ndarray) -> int:
+    """The exact sum of `sizes` (int64, each in [0, 2**63)) as a Python int: summed in
+    32-bit halves, neither of which can wrap for fewer than 2**31 sizes."""
+    return (int((sizes >> 32).sum()) << 32) + int((sizes & 0xFFFFFFFF).sum())
 
 
 @frozen
@@ -300,12 +305,14 @@ def naive(buffers: Sequence[Buffer], alignment: int) -> Assignment:
 
 def greedy_size(buffers: Sequence[Buffer], alignment: int) -> Assignment:
     """Largest first at the lowest fitting offset (see `by_size` for ties)."""
-    return place_in_order(buffers, by_size(Columns.of(buffers)), alignment)
+    columns = Columns.of(buffers)
+    return place_in_order(buffers, by_size(columns), alignment, columns)
 
 
 def greedy_breadth(buffers: Sequence[Buffer], alignment: int) -> Assignment:
     """By birth step, largest first within a step, at the lowest fitting offset."""
-    return place_in_order(buffers, by_breadth(Columns.of(buffers)), alignment)
+    columns = Columns.of(buffers)
+    return place_in_order(buffers, by_breadth(columns), alignment, columns)
 
 
 def best(
@@ -353,7 +360,7 @@ def best(
     work.charge(len(buffers))
     if incumbent is not None and incumbent.arena_size <= bound:
         return done(incumbent)
-    lifetimes, columns = Lifetimes.of(buffers), Columns.of(buffers)
+    columns = Columns.of(buffers)
     best_order: list[int] | None = None
     cost = 0  # of the last placement pass: what the next one is expected to cost
     orders_ceiling: int | None = None
@@ -366,7 +373,7 @@ def best(
         order = make(columns)
         baseline = make in BASELINES
         try:
-            plan = _place(buffers, order, alignment, lifetimes, None if baseline else work.left())
+            plan = _place(buffers, order, alignment, columns, None if baseline else work.left())
         except PlanError as err:
             overflow, cost = err, PLACE_UNITS * len(buffers)
             work.charge(cost if baseline else min(cost, work.left()))
@@ -387,7 +394,7 @@ def best(
     if best_order is not None and work.afford(cost, ceiling):
         say("reordering the buffers at the arena top")
         incumbent = _improve(
-            buffers, best_order, incumbent, alignment, bound, lifetimes, work, ceiling, say
+            buffers, best_order, incumbent, alignment, bound, columns, work, ceiling, say
         )
     work.end_share()
     if incumbent.arena_size > bound and work.afford(1):
@@ -415,7 +422,7 @@ def _improve(
     incumbent: Assignment,
     alignment: int,
     bound: int,
-    lifetimes: Lifetimes,
+    columns: Columns,
     work: Work,
     ceiling: int,
     say: Callable[[str], None],
@@ -431,7 +438,7 @@ def _improve(
     current, stall, cost = list(order), 0, incumbent.work
     while incumbent.arena_size > bound and work.afford(cost, ceiling):
         try:
-            placed = _place(buffers, current, alignment, lifetimes, work.left(ceiling))
+            placed = _place(buffers, current, alignment, columns, work.left(ceiling))
         except PlanError:  # this order passes 2**63 bytes: restart from the best one
             work.charge(min(cost, work.left(ceiling)))
             current, stall = _perturbed(order, rng), 0
