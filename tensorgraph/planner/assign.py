@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Hashable, Sequence
+from typing import NoReturn
 
 import numpy as np
 from attrs import frozen
@@ -518,13 +519,11 @@ def assign_offsets(
         raise PlanError(f"alignment must be a positive integer below 2**63 but got {alignment!r}")
     check_limits(budget, time_limit)
     buffers = list(buffers)
-    seen: set[Hashable] = set()
-    for b in buffers:
-        if not isinstance(b, Buffer):
-            raise PlanError(f"assign_offsets expects Buffer objects but got {b!r}")
-        if b.id in seen:
-            raise PlanError(f"buffer ids must be unique, but {b.id!r} appears more than once")
-        seen.add(b.id)
+    # Checked in bulk (C loops), then, only when something is wrong, one by one to name it.
+    if not all(isinstance(b, Buffer) for b in buffers):
+        _reject(buffers)
+    if len({b.id for b in buffers}) < len(buffers):
+        _reject(buffers)
     _check_representable(buffers)
     # Empty buffers own no byte: they are planned apart, at offset 0, so they change
     # neither the arena nor any decision about the others (orders, bounds, budgets).
@@ -533,11 +532,26 @@ def assign_offsets(
         plan = best(full, alignment, budget, time_limit, progress)
     else:
         plan = ALGORITHMS[algorithm](full, alignment)
-    offsets = {b.id: plan.offsets[b.id] if b.size else 0 for b in buffers}
+    if len(full) == len(buffers) and algorithm != "best":
+        offsets = plan.offsets  # already one per buffer, in their order (placement passes)
+    else:
+        offsets = {b.id: plan.offsets[b.id] if b.size else 0 for b in buffers}
     result = Assignment(offsets, plan.arena_size, plan.work, plan.cut_short)
     if isinstance(plan, CertifiedAssignment):
         return certified(result, plan.bound, plan.proven_infeasible)
     return result
+
+
+def _reject(buffers: Sequence[object]) -> NoReturn:
+    """PlanError naming the first item that is not a Buffer or repeats an earlier id."""
+    seen: set[Hashable] = set()
+    for b in buffers:
+        if not isinstance(b, Buffer):
+            raise PlanError(f"assign_offsets expects Buffer objects but got {b!r}")
+        if b.id in seen:
+            raise PlanError(f"buffer ids must be unique, but {b.id!r} appears more than once")
+        seen.add(b.id)
+    raise AssertionError("_reject called on valid buffers")
 
 
 def _check_representable(buffers: Sequence[Buffer]) -> None:
