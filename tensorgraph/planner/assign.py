@@ -56,7 +56,7 @@ from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, ce
 from tensorgraph.planner.improve import lowest_gap, repair
 from tensorgraph.planner.interval_index import IntervalIndex, Lifetimes
 from tensorgraph.planner.search import Work, check_limits, default_budget, minimize
-from tensorgraph.planner.waves import count_conflicts, place_in_waves
+from tensorgraph.planner.waves import StartOrder, place_in_waves
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
@@ -102,16 +102,16 @@ def _place(
     if not wide:
         positions = np.asarray(order, np.int64)
         positions = positions[columns.size[positions] > 0]
-        start, end = columns.start[positions], columns.end[positions]
+        starts = StartOrder.of(columns.start[positions], columns.end[positions])
         # The loop's cost, known in advance: every placed buffer scans each conflicting
         # buffer placed before it, so `scanned` ends at the number of conflicting pairs.
-        conflicts = count_conflicts(start, end)
+        conflicts = starts.conflicts
         cost = len(positions) * PLACE_UNITS + conflicts // NEAR
         if allowance is not None and cost > allowance:
             return None
         if conflicts <= PAIR_LIMIT:
             sizes = columns.size[positions]
-            placed = place_in_waves(sizes, start, end, alignment)
+            placed = place_in_waves(sizes, starts, alignment)
             offsets = np.zeros(len(buffers), np.int64)
             offsets[positions] = placed
             top = int((placed + sizes).max()) if len(positions) else 0
@@ -201,10 +201,15 @@ class Columns:
     def of(cls, buffers: Sequence[Buffer]) -> Columns:
         n = len(buffers)
         ids = [b.id for b in buffers]
-        try:
-            by_id = sorted(range(n), key=ids.__getitem__)
-        except TypeError:  # mixed id types (ints and strings from one CSV)
-            by_id = list(range(n))
+        # Plain ints (the common case) sort in numpy, unless too large for (u)int64.
+        keys = np.array(ids) if all(type(i) is int for i in ids) else None
+        if keys is not None and keys.dtype.kind in "iu":
+            by_id = np.argsort(keys, kind="stable")
+        else:
+            try:
+                by_id = sorted(range(n), key=ids.__getitem__)
+            except TypeError:  # mixed id types (ints and strings from one CSV)
+                by_id = list(range(n))
         rank = np.empty(n, np.int64)
         rank[by_id] = np.arange(n)
         return cls(

@@ -113,7 +113,8 @@ def test_the_allowance_abandons_exactly_the_passes_that_cost_more() -> None:
     assert assign._place(buffers, [0, 1, 2], 1, None, cost - 1) is None
 
 
-def test_count_conflicts_counts_half_open_pairs() -> None:
+def test_conflicts_are_half_open_pairs_counted_once() -> None:
     # [0, 2) meets [1, 3) but not [2, 4); [1, 3) meets [2, 4); [0, 4) meets all three.
-    start, end = np.array([0, 1, 2, 0]), np.array([2, 3, 4, 4])
-    assert waves.count_conflicts(start, end) == 2 + 3
+    buffers = waves.StartOrder.of(np.array([0, 1, 2, 0]), np.array([2, 3, 4, 4]))
+    assert buffers.conflicts == 2 + 3
+    assert buffers.rank.tolist() == [0, 3, 1, 2]  # ties by placement index
