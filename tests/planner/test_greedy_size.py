@@ -118,3 +118,14 @@ def test_conflicts_are_half_open_pairs_counted_once() -> None:
     buffers = waves.StartOrder.of(np.array([0, 1, 2, 0]), np.array([2, 3, 4, 4]))
     assert buffers.conflicts == 2 + 3
     assert buffers.rank.tolist() == [0, 3, 1, 2]  # ties by placement index
+
+
+def test_a_wave_above_byte_2_to_the_61_is_placed_in_chunks(monkeypatch) -> None:
+    # After A (2**61 bytes over [0, 4)) the segment keys owner * (2**61 + 1) + byte would
+    # reach 2**62 for a second owner, so the wave {B, C} (both meet only A) goes in chunks
+    # of one; each lands just above A, at 2**61.
+    monkeypatch.setattr(waves, "MIN_WAVE", 1)
+    buffers = [Buffer("A", 2**61, 0, 4), Buffer("B", 2**59, 0, 1), Buffer("C", 2**59, 2, 3)]
+    plan = assign_offsets(buffers, "greedy_size")
+    assert plan.offsets == {"A": 0, "B": 2**61, "C": 2**61}
+    assert plan.arena_size == 2**61 + 2**59
