@@ -11,8 +11,8 @@ holds the buffers with no predecessor (offset 0), wave k+1 those whose last pred
 was placed in wave k (Kahn's topological sort of the conflict graph directed along the
 order, a level at a time). The buffers of a wave are placed together by a segmented gap
 search (`_lowest_fits`). Largest-first orders of DNN schedules need few waves (30 for a
-million `synthetic.dnn_like_buffers`), so the cost is a few dozen numpy passes over the
-buffers and their conflicts.
+million `synthetic.dnn_like_buffers`, after which 197 buffers are left), so the cost is a
+few dozen numpy passes over the buffers and their conflicts.
 
 A chain of conflicts makes waves of one buffer (each would cost a dozen numpy calls), so
 once a wave has fewer than MIN_WAVE buffers the rest are placed one at a time in order,
@@ -22,8 +22,8 @@ comes earlier in the order, so it is placed by then.
 Conflict lists: in start order, a buffer meets exactly the buffers after it that start
 before its end (a contiguous run), and the buffers before it whose run reaches it. Both
 are listed per buffer (CSR, rows in start order) with one stable sort of nearly sorted
-keys, so memory is O(n + pairs): callers count the pairs first and
-keep the interval index for very dense sets (`StartOrder.conflicts`).
+keys. Memory is O(n + pairs): callers count the pairs first (`StartOrder.conflicts`) and
+keep the interval index for very dense sets.
 
 All arithmetic is int64: callers guarantee every offset stays below 2**63 (the sum of
 the aligned sizes is below it, and no lowest fit exceeds the aligned sizes placed before
@@ -137,7 +137,8 @@ def place_in_waves(size: np.ndarray, buffers: StartOrder, step: int) -> np.ndarr
         targets = near[~earlier]
         np.subtract.at(waiting, targets, 1)
         ready = targets[waiting[targets] == 0]  # with repeats: one per edge into it
-        last[ready] = np.arange(len(ready))  # where each ready buffer is listed last
+        # Keep one listing of each: `last` ends holding one of its indices in `ready`.
+        last[ready] = np.arange(len(ready))
         wave = ready[last[ready] == np.arange(len(ready))]
         if len(wave) < MIN_WAVE:
             break
