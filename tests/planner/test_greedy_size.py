@@ -129,3 +129,15 @@ def test_a_wave_above_byte_2_to_the_61_is_placed_in_chunks(monkeypatch) -> None:
     plan = assign_offsets(buffers, "greedy_size")
     assert plan.offsets == {"A": 0, "B": 2**61, "C": 2**61}
     assert plan.arena_size == 2**61 + 2**59
+
+
+def test_sizes_summing_past_2_to_the_63_are_placed_with_python_ints() -> None:
+    # A, B, C (2**62 bytes each, one step apart) never meet, so they share offset 0,
+    # though their sizes sum past 2**63; D meets all three and goes above them. Work:
+    # 4 buffers * PLACE_UNITS + 3 conflicting pairs // NEAR.
+    buffers = [Buffer(name, 2**62, t, t + 1) for t, name in enumerate("ABC")]
+    buffers.append(Buffer("D", 8, 0, 3))
+    plan = greedy_size(buffers, 1)
+    assert plan.offsets == {"A": 0, "B": 0, "C": 0, "D": 2**62}
+    assert plan.arena_size == 2**62 + 8
+    assert plan.work == 4 * PLACE_UNITS + 3 // NEAR
