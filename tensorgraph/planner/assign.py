@@ -5,7 +5,9 @@ the lowest aligned offset where the new buffer shares no byte with any already p
 buffer whose lifetime overlaps its own. Why live buffers never overlap: a placed buffer
 never moves, and the gap test sees every placed buffer that conflicts in time with the
 new one (the interval index returns exactly those), so each conflicting pair is
-checked once, when its second buffer is placed. Zero-size buffers own no byte:
+checked once, when its second buffer is placed. `planner.waves` computes the same
+offsets for many buffers at once: each buffer as soon as every buffer before it in the
+order that it conflicts with is placed. Zero-size buffers own no byte:
 `assign_offsets` plans them apart, at offset 0, so they never change the arena or any
 decision about the others.
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Hashable, Sequence
+from typing import NoReturn
 
 import numpy as np
 from attrs import frozen
@@ -55,6 +58,7 @@ from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, ce
 from tensorgraph.planner.improve import lowest_gap, repair
 from tensorgraph.planner.interval_index import IntervalIndex, Lifetimes
 from tensorgraph.planner.search import Work, check_limits, default_budget, minimize
+from tensorgraph.planner.waves import StartOrder, place_in_waves
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
@@ -64,20 +68,23 @@ REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest; exact sea
 # Work units (about a microsecond each on the reference machine, see planner.search):
 PLACE_UNITS = 8  # per buffer a placement pass places (interval index query, bookkeeping)
 NEAR = 2  # plus one per NEAR placed neighbours its gap search sorts and scans
+PAIR_LIMIT = 1 << 23  # conflict pairs above which placement skips `planner.waves`: its
+# peak memory grows by ~70 bytes a pair (384 MB for a million DNN-like buffers, 3.9M pairs,
+# as much as the interval index's lists), while the interval index stores no pair
 
 
 def place_in_order(
     buffers: Sequence[Buffer],
     order: Sequence[int],
     alignment: int,
-    lifetimes: Lifetimes | None = None,
+    columns: Columns | None = None,
 ) -> Assignment:
     """Place `buffers[i]` for i in `order` (a permutation of positions), each at the lowest
     multiple of `alignment` where it overlaps no placed buffer it conflicts with in time.
-    `lifetimes` (`Lifetimes.of(buffers)`) may be passed to share it between calls. The
+    `columns` (`Columns.of(buffers)`) may be passed to share it between calls. The
     result's `work` is the pass's cost in work units (see the module docstring).
     PlanError naming the buffer that would end at byte 2**63 or beyond."""
-    plan = _place(buffers, order, alignment, lifetimes, None)
+    plan = _place(buffers, order, alignment, columns, None)
     assert plan is not None  # only an allowance stops a pass
     return plan
 
@@ -86,13 +93,36 @@ def _place(
     buffers: Sequence[Buffer],
     order: Sequence[int],
     alignment: int,
-    lifetimes: Lifetimes | None,
+    columns: Columns | None,
     allowance: int | None,
 ) -> Assignment | None:
-    """`place_in_order`, abandoned (None) as soon as its cost would exceed `allowance`."""
-    index = IntervalIndex(Lifetimes.of(buffers) if lifetimes is None else lifetimes)
+    """`place_in_order`, abandoned (None) when its cost would exceed `allowance`. In waves
+    (`planner.waves`) when no offset can reach 2**63 and the conflict pairs are at most
+    PAIR_LIMIT; otherwise one buffer at a time with the interval index. Both give the
+    same offsets and cost, so the choice never changes a plan."""
+    columns = Columns.of(buffers) if columns is None else columns
+    wide = _total(columns.size) + len(buffers) * (alignment - 1) >= INT64_END
+    if not wide:
+        positions = np.asarray(order, np.int64)
+        positions = positions[columns.size[positions] > 0]
+        starts = StartOrder.of(columns.start[positions], columns.end[positions])
+        # The loop's cost, known in advance: every placed buffer scans each conflicting
+        # buffer placed before it, so `scanned` ends at the number of conflicting pairs.
+        conflicts = starts.conflicts
+        cost = len(positions) * PLACE_UNITS + conflicts // NEAR
+        if allowance is not None and cost > allowance:
+            return None
+        if conflicts <= PAIR_LIMIT:
+            sizes = columns.size[positions]
+            placed = place_in_waves(sizes, starts, alignment)
+            offsets = np.zeros(len(buffers), np.int64)
+            offsets[positions] = placed
+            top = int((placed + sizes).max()) if len(positions) else 0
+            return Assignment(
+                dict(zip([b.id for b in buffers], offsets.tolist(), strict=True)), top, cost
+            )
+    index = IntervalIndex(Lifetimes.of_steps(columns.start, columns.end))
     spans = _Spans([0] * len(buffers), [0] * len(buffers), np.zeros((2, len(buffers)), np.int64))
-    wide = sum(b.size for b in buffers) + len(buffers) * (alignment - 1) >= INT64_END
     top = placed = scanned = 0
     for i in order:
         size = buffers[i].size
@@ -119,6 +149,12 @@ def _place(
         index.add(i)
     offsets = {b.id: spans.low[i] for i, b in enumerate(buffers)}
     return Assignment(offsets, top, work=placed * PLACE_UNITS + scanned // NEAR)
+
+
+def _total(sizes: np.ndarray) -> int:
+    """The exact sum of `sizes` (int64, each in [0, 2**63)) as a Python int: summed in
+    32-bit halves, neither of which can wrap for fewer than 2**31 sizes."""
+    return (int((sizes >> 32).sum()) << 32) + int((sizes & 0xFFFFFFFF).sum())
 
 
 @frozen
@@ -168,10 +204,15 @@ class Columns:
     def of(cls, buffers: Sequence[Buffer]) -> Columns:
         n = len(buffers)
         ids = [b.id for b in buffers]
-        try:
-            by_id = sorted(range(n), key=ids.__getitem__)
-        except TypeError:  # mixed id types (ints and strings from one CSV)
-            by_id = list(range(n))
+        # Plain ints (the common case) sort in numpy, unless too large for (u)int64.
+        keys = np.array(ids) if all(type(i) is int for i in ids) else None
+        if keys is not None and keys.dtype.kind in "iu":
+            by_id = np.argsort(keys, kind="stable")
+        else:
+            try:
+                by_id = sorted(range(n), key=ids.__getitem__)
+            except TypeError:  # mixed id types (ints and strings from one CSV)
+                by_id = list(range(n))
         rank = np.empty(n, np.int64)
         rank[by_id] = np.arange(n)
         return cls(
@@ -273,12 +314,14 @@ def naive(buffers: Sequence[Buffer], alignment: int) -> Assignment:
 
 def greedy_size(buffers: Sequence[Buffer], alignment: int) -> Assignment:
     """Largest first at the lowest fitting offset (see `by_size` for ties)."""
-    return place_in_order(buffers, by_size(Columns.of(buffers)), alignment)
+    columns = Columns.of(buffers)
+    return place_in_order(buffers, by_size(columns), alignment, columns)
 
 
 def greedy_breadth(buffers: Sequence[Buffer], alignment: int) -> Assignment:
     """By birth step, largest first within a step, at the lowest fitting offset."""
-    return place_in_order(buffers, by_breadth(Columns.of(buffers)), alignment)
+    columns = Columns.of(buffers)
+    return place_in_order(buffers, by_breadth(columns), alignment, columns)
 
 
 def best(
@@ -326,7 +369,7 @@ def best(
     work.charge(len(buffers))
     if incumbent is not None and incumbent.arena_size <= bound:
         return done(incumbent)
-    lifetimes, columns = Lifetimes.of(buffers), Columns.of(buffers)
+    columns = Columns.of(buffers)
     best_order: list[int] | None = None
     cost = 0  # of the last placement pass: what the next one is expected to cost
     orders_ceiling: int | None = None
@@ -339,7 +382,7 @@ def best(
         order = make(columns)
         baseline = make in BASELINES
         try:
-            plan = _place(buffers, order, alignment, lifetimes, None if baseline else work.left())
+            plan = _place(buffers, order, alignment, columns, None if baseline else work.left())
         except PlanError as err:
             overflow, cost = err, PLACE_UNITS * len(buffers)
             work.charge(cost if baseline else min(cost, work.left()))
@@ -360,7 +403,7 @@ def best(
     if best_order is not None and work.afford(cost, ceiling):
         say("reordering the buffers at the arena top")
         incumbent = _improve(
-            buffers, best_order, incumbent, alignment, bound, lifetimes, work, ceiling, say
+            buffers, best_order, incumbent, alignment, bound, columns, work, ceiling, say
         )
     work.end_share()
     if incumbent.arena_size > bound and work.afford(1):
@@ -388,7 +431,7 @@ def _improve(
     incumbent: Assignment,
     alignment: int,
     bound: int,
-    lifetimes: Lifetimes,
+    columns: Columns,
     work: Work,
     ceiling: int,
     say: Callable[[str], None],
@@ -404,7 +447,7 @@ def _improve(
     current, stall, cost = list(order), 0, incumbent.work
     while incumbent.arena_size > bound and work.afford(cost, ceiling):
         try:
-            placed = _place(buffers, current, alignment, lifetimes, work.left(ceiling))
+            placed = _place(buffers, current, alignment, columns, work.left(ceiling))
         except PlanError:  # this order passes 2**63 bytes: restart from the best one
             work.charge(min(cost, work.left(ceiling)))
             current, stall = _perturbed(order, rng), 0
@@ -484,13 +527,11 @@ def assign_offsets(
         raise PlanError(f"alignment must be a positive integer below 2**63 but got {alignment!r}")
     check_limits(budget, time_limit)
     buffers = list(buffers)
-    seen: set[Hashable] = set()
-    for b in buffers:
-        if not isinstance(b, Buffer):
-            raise PlanError(f"assign_offsets expects Buffer objects but got {b!r}")
-        if b.id in seen:
-            raise PlanError(f"buffer ids must be unique, but {b.id!r} appears more than once")
-        seen.add(b.id)
+    # Checked in bulk (C loops), then, only when something is wrong, one by one to name it.
+    if not all(isinstance(b, Buffer) for b in buffers):
+        _reject(buffers)
+    if len({b.id for b in buffers}) < len(buffers):
+        _reject(buffers)
     _check_representable(buffers)
     # Empty buffers own no byte: they are planned apart, at offset 0, so they change
     # neither the arena nor any decision about the others (orders, bounds, budgets).
@@ -499,11 +540,26 @@ def assign_offsets(
         plan = best(full, alignment, budget, time_limit, progress)
     else:
         plan = ALGORITHMS[algorithm](full, alignment)
-    offsets = {b.id: plan.offsets[b.id] if b.size else 0 for b in buffers}
+    if len(full) == len(buffers) and algorithm != "best":
+        offsets = plan.offsets  # already one per buffer, in their order (placement passes)
+    else:
+        offsets = {b.id: plan.offsets[b.id] if b.size else 0 for b in buffers}
     result = Assignment(offsets, plan.arena_size, plan.work, plan.cut_short)
     if isinstance(plan, CertifiedAssignment):
         return certified(result, plan.bound, plan.proven_infeasible)
     return result
+
+
+def _reject(buffers: Sequence[object]) -> NoReturn:
+    """PlanError naming the first item that is not a Buffer or repeats an earlier id."""
+    seen: set[Hashable] = set()
+    for b in buffers:
+        if not isinstance(b, Buffer):
+            raise PlanError(f"assign_offsets expects Buffer objects but got {b!r}")
+        if b.id in seen:
+            raise PlanError(f"buffer ids must be unique, but {b.id!r} appears more than once")
+        seen.add(b.id)
+    raise AssertionError("_reject called on valid buffers")
 
 
 def _check_representable(buffers: Sequence[Buffer]) -> None:

@@ -49,13 +49,19 @@ class Lifetimes:
     @classmethod
     def of(cls, buffers: Sequence[Buffer]) -> Lifetimes:
         """Compress the lifetimes of `buffers` (numpy: O(n log n))."""
-        raw_start = np.fromiter((b.start for b in buffers), np.int64, len(buffers))
-        raw_end = np.fromiter((b.end for b in buffers), np.int64, len(buffers))
+        return cls.of_steps(
+            np.fromiter((b.start for b in buffers), np.int64, len(buffers)),
+            np.fromiter((b.end for b in buffers), np.int64, len(buffers)),
+        )
+
+    @classmethod
+    def of_steps(cls, raw_start: np.ndarray, raw_end: np.ndarray) -> Lifetimes:
+        """Compress the lifetimes `[raw_start[i], raw_end[i])` (int64 arrays)."""
         points = np.unique(np.concatenate([raw_start, raw_end]))
         start = np.searchsorted(points, raw_start)
         end = np.searchsorted(points, raw_end)
         # Smallest k with FANOUT**k >= d is ceil(bit_length(d - 1) / SHIFT).
-        bits = np.zeros(len(buffers), np.int64)
+        bits = np.zeros(len(raw_start), np.int64)
         span = end - start - 1
         positive = span > 0
         bits[positive] = np.floor(np.log2(span[positive])).astype(np.int64) + 1
