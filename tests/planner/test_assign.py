@@ -12,7 +12,8 @@ from tensorgraph.planner import Buffer, assign_offsets, lower_bound, verify_assi
 from tensorgraph.planner.assign import ALGORITHMS
 from tensorgraph.planner.buffers import align_up, read_minimalloc_csv
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "bench" / "minimalloc"
+# MiniMalloc's own example instance, kept in the repository
+EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "minimalloc_input.12.csv"
 
 
 @st.composite
@@ -55,10 +56,7 @@ def test_lower_bound_counts_half_open_lifetimes() -> None:
 
 
 def test_minimalloc_example_reaches_its_capacity() -> None:
-    path = SHARED / "examples" / "input.12.csv"
-    if not path.exists():
-        pytest.skip(f"shared benchmark data not found at {path}")
-    buffers = read_minimalloc_csv(path)
+    buffers = read_minimalloc_csv(EXAMPLE)
     # The file's capacity (12) equals its lower bound, so 12 is optimal and reachable.
     assert lower_bound(buffers) == 12
     plan = assign_offsets(buffers, "best")
