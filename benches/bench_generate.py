@@ -14,7 +14,7 @@ decode loop, each contender measured alone in a fresh process, against the plan'
 arena + weights + state. Also: the multi-entry program's arena vs each entry alone.
 
     python benches/bench_generate.py [--config default|dispatch] [--tokens 64] [--runs 5]
-                                     [--device cpu|gpu] [--figures benches/FIGURES-C.md]
+                                     [--device cpu|gpu] [--figures FILE]
 """
 
 from __future__ import annotations
