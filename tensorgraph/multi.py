@@ -113,7 +113,11 @@ class MultiProgram:
             for root in plan.liveness.constants:
                 node = graph.node(root)
                 value = graph.param_values.get(node.name) if node.op == "param" else None
-                key = id(value) if value is not None else hash(node)
+                key = (
+                    ("weight", id(value))
+                    if value is not None
+                    else (node.op, node.name, node.attr("value"), node.shape, node.dtype.name)
+                )
                 seen[key] = align_up(node.nbytes, plan.alignment)
         return sum(seen.values())
 

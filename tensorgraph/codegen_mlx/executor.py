@@ -288,7 +288,7 @@ def run_mlx(
     native = any(isinstance(v, mx.array) for v in feeds.values())
     if "states" not in cache:
         cache["states"] = tuple(graph.states)
-    handed = _hand_over(cache["states"], state, feeds)
+    handed = _hand_over(cache["states"], graph.state_positions, state, feeds)
     try:
         return _run(program, mode, target, feeds, native, stats, state)
     except Exception as err:
@@ -299,17 +299,29 @@ def run_mlx(
         raise
 
 
-def _hand_over(states: Sequence[Node], state: object | None, feeds: dict[int, object]) -> list[str]:
-    """Move the array of every state node of `states` from `state` into `feeds` (node
-    id -> array): the call then holds the only reference. The names moved. Without a
-    `state`, states read zeros and their updates are dropped."""
+def _hand_over(
+    states: Sequence[Node],
+    updated: Mapping[str, int],
+    state: object | None,
+    feeds: dict[int, object],
+) -> list[str]:
+    """Feed every state node of `states` from `state` into `feeds` (node id -> array).
+    The array of a state the call updates is moved (the call then holds the only
+    reference, so MLX may donate it); a state it only reads stays in `state`, whose
+    bytes the call never writes. The names moved. Without a `state`, states read zeros
+    and their updates are dropped."""
     if state is None:
         for node in states:
             feeds[node.id] = to_mx(np.zeros(node.shape, node.dtype.to_numpy()))
         return []
+    moved = []
     for node in states:
-        feeds[node.id] = state.values.pop(node.name)
-    return [n.name for n in states]
+        if node.name in updated:
+            feeds[node.id] = state.values.pop(node.name)
+            moved.append(node.name)
+        else:
+            feeds[node.id] = state.values[node.name]
+    return moved
 
 
 def _run(
