@@ -18,7 +18,6 @@ after every rewrite and replays the plan byte by byte.
 from __future__ import annotations
 
 import os
-import weakref
 from collections.abc import Mapping, Sequence
 
 from attrs import field, frozen
@@ -129,15 +128,15 @@ class Program:
     def state(self, backend: str = "mlx") -> object:
         """The program's own `State` for `backend`: what `run` uses when given none,
         kept across calls (zeros at first)."""
-        states = _DEFAULT_STATES.setdefault(self, {})
-        if backend not in states:
-            states[backend] = self.new_state(backend)
-        return states[backend]
+        from tensorgraph.runtime.state import own_state
+
+        return own_state(self, backend)
 
     def reset_state(self) -> None:
         """Every state of the program's own States back to zeros."""
-        for state in _DEFAULT_STATES.get(self, {}).values():
-            state.reset()
+        from tensorgraph.runtime.state import reset_own_states
+
+        reset_own_states(self)
 
     def report(self) -> str:
         """The pass statistics and the memory plan's report, as text."""
@@ -157,10 +156,6 @@ class Program:
             f"<Program {self.graph.name!r}: {len(self.graph)} nodes, "
             f"arena {self.plan.arena_size} B, lower bound {self.plan.lower_bound} B>"
         )
-
-
-# A program's own States (one per backend), kept outside the frozen Program.
-_DEFAULT_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _check_options(options: CompileOptions) -> None:

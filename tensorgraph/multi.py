@@ -160,18 +160,15 @@ class MultiProgram:
 
     def state(self, backend: str = "mlx") -> object:
         """This program's own State for `backend` (zeros at first, kept across calls)."""
-        from tensorgraph.compiler import _DEFAULT_STATES
+        from tensorgraph.runtime.state import own_state
 
-        states = _DEFAULT_STATES.setdefault(self, {})
-        if backend not in states:
-            states[backend] = self.new_state(backend)
-        return states[backend]
+        return own_state(self, backend)
 
     def reset_state(self) -> None:
-        from tensorgraph.compiler import _DEFAULT_STATES
+        """Every state of this program's own States back to zeros."""
+        from tensorgraph.runtime.state import reset_own_states
 
-        for state in _DEFAULT_STATES.get(self, {}).values():
-            state.reset()
+        reset_own_states(self)
 
     # ------------------------------------------------------------ reading and saving
 
@@ -232,6 +229,8 @@ def compile_entries(graphs: Mapping[str, Graph], **options: object) -> MultiProg
         if not isinstance(name, str) or not isinstance(graph, Graph):
             raise GraphError(f"entry {name!r}: expected a name and a Graph, got {graph!r}")
     alignment = options.get("alignment", 64)
-    states = state_layout(list(graphs.values()), alignment if isinstance(alignment, int) else 1)
+    valid = isinstance(alignment, int) and not isinstance(alignment, bool) and alignment >= 1
+    # a bad alignment is compile's PlanError, raised by the first entry's compile below
+    states = state_layout(list(graphs.values()), alignment if valid else 1)
     entries = {name: compile_one(g, states=states, **options) for name, g in graphs.items()}
     return MultiProgram.assemble(entries)

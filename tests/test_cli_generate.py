@@ -2,27 +2,13 @@
 prints tokens, rates, memory and the reference check; a token mismatch exits 1; bad
 arguments exit 2 with one line and no traceback, before anything is compiled."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from tensorgraph import cli
 from tensorgraph.models import generation_reference
+from tests.test_cli import tensorgraph
 
-REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--buckets", "4,8", "--max-seq", "16", "--prompt-len", "5", "--tokens", "4"]
-
-
-def tensorgraph(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tensorgraph.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
 
 
 @pytest.mark.parametrize("backend", ["numpy", "arena", "mlx"])

@@ -4,7 +4,6 @@ units, time limits, capacities, solution files, progress lines, and one-line err
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,22 +12,11 @@ from tensorgraph import cli
 from tensorgraph.planner import lower_bound, read_minimalloc_csv, verify_assignment
 from tensorgraph.planner.buffers import Assignment, write_minimalloc_csv
 from tensorgraph.planner.synthetic import random_buffers
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.test_cli import tensorgraph
 
 # Three 8-byte buffers, [0, 2), [1, 3), [2, 4): neighbours overlap, 0 and 2 do not.
 # The busiest steps hold two buffers, so the lower bound is 16 bytes.
 TINY = "id,lower,upper,size\n0,0,2,8\n1,1,3,8\n2,2,4,8\n"
-
-
-def tensorgraph(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tensorgraph.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
 
 
 def fails_in_one_line(result: subprocess.CompletedProcess, message: str) -> None:

@@ -76,7 +76,8 @@ def _run(
     if backend == "numpy":
         from tensorgraph.runtime.reference import run_reference
 
-        outputs = run_reference(graph, inputs, params, None if state is None else state.values)
+        values = None if state is None else state.values
+        outputs = run_reference(graph, inputs, params, values, **options)
         if state is not None:
             for name, position in graph.state_positions.items():
                 state.values[name] = outputs[position]
@@ -92,10 +93,6 @@ def _run(
         except BaseException:
             state.region[...] = backup
             raise
-    if backend == "mlx":
-        from tensorgraph.codegen_mlx import run_mlx
+    from tensorgraph.codegen_mlx import run_mlx  # "mlx": Program.run checked the name
 
-        return run_mlx(program, inputs, params, state=state, **options)
-    from tensorgraph.compiler import BACKENDS
-
-    raise RunError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    return run_mlx(program, inputs, params, state=state, **options)

@@ -22,6 +22,7 @@ nothing is written to the state.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -102,6 +103,25 @@ class State:
 
     def __repr__(self) -> str:
         return f"<State {self.backend}: {', '.join(self.names)} ({self.size} B)>"
+
+
+# A program's own States (owner -> backend -> State), kept outside the frozen programs.
+_OWN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def own_state(owner: object, backend: str) -> State:
+    """`owner`'s own State for `backend` (a Program or MultiProgram: made by its
+    `new_state` on first use, zeros, then kept across calls)."""
+    states = _OWN.setdefault(owner, {})
+    if backend not in states:
+        states[backend] = owner.new_state(backend)
+    return states[backend]
+
+
+def reset_own_states(owner: object) -> None:
+    """Every own State of `owner` back to zeros."""
+    for state in _OWN.get(owner, {}).values():
+        state.reset()
 
 
 def state_specs(graphs: Iterable[Graph]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
