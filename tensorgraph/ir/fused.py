@@ -24,12 +24,16 @@ Semantics (the NumPy kernels in `runtime.fused_kernels` are their definition):
 Optional operands are inputs after the required ones; `has_weight` / `has_bias`
 attributes say which are present, so the input list is unambiguous. Workspace (bytes
 an unfused backend materialises during the step, see `ops.workspace_bytes`): SDPA's
-(B, H, L, S) scores and softmax probabilities, both in the inputs' dtype and live
-together during the softmax (MLX's CPU fallback peaks at exactly that beside its result
-with a mask); float32 mean and reciprocal deviation per normalised row or group (one
-value per row for rms_norm); rope's float32 cos and sin tables, (L, dims/2) each, plus
-one product of the rotated features (x*cos is held while rotate(x)*sin is formed; the
-other product can be the result's own bytes).
+(B, H, L, S) scores in the inputs' dtype (the mask is added and the softmax taken in
+place, so the probabilities reuse the scores' bytes) plus the queries times the scale
+(B, H, L, D) (the queries themselves stay live), a causal mask's (L, S) bool and its
+two int32 position vectors, and the mask's row test (`workspace_sdpa`). MLX 0.32's CPU
+fallback peaks at exactly that beside its result, measured over float32/float16, grouped
+heads, bool/float/causal masks and L from 1 to 1000; a fused GPU kernel needs less, so
+the plan is an upper bound there. Normalisations: float32 mean and reciprocal deviation
+per normalised row or group (one value per row for rms_norm). Rope: float32 cos and sin
+tables, (L, dims/2) each, plus one product of the rotated features (x*cos is held while
+rotate(x)*sin is formed; the other product can be the result's own bytes).
 """
 
 from __future__ import annotations
@@ -124,8 +128,19 @@ def infer_sdpa(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
 
 
 def workspace_sdpa(xs: Sequence[Operand], attrs: Mapping, shape: Shape, dtype: DType) -> int:
+    """Scores (B, H, L, S) + scaled queries (B, H, L, D) in the inputs' dtype; a causal
+    mask adds its (L, S) bool and two int32 position vectors; an explicit mask adds the
+    bool row test over its leading axes (and, for a float mask, `mask > -inf`)."""
     b, h, length, _ = shape
-    return 2 * b * h * length * xs[1].shape[2] * dtype.itemsize  # scores, probabilities
+    keys, depth = xs[1].shape[2], xs[0].shape[3]
+    nbytes = b * h * length * (keys + depth) * dtype.itemsize
+    if attrs.get("causal", False):
+        nbytes += length * keys + 4 * (length + keys)
+        nbytes += 5 * length if keys < length else 0  # rows with no key: int32 + bool
+    if len(xs) == 4:
+        mask = xs[3]
+        nbytes += numel(mask.shape[:-1]) + (0 if mask.dtype == bool_ else numel(mask.shape))
+    return nbytes
 
 
 # ---------------------------------------------------------------- normalisations

@@ -455,11 +455,25 @@ def test_declared_workspace_in_bytes() -> None:
     half = g.input("h", (1, 4, 3, 8), tg.float16)
     x = g.input("x", (3, 4, 10))
     image = g.input("img", (2, 6, 5, 5))
+    tall, short = g.input("tall", (1, 1, 6, 4)), g.input("short", (1, 1, 3, 4))
+    bool_mask = g.input("bm", (2, 1, 5, 7), tg.bool_)
+    float_mask = g.input("fm", (1, 1, 5, 7))
     expected = {
-        # (B, H, L, S) scores and probabilities in the inputs' dtype: 2 * 2*8*5*7 * 4 bytes
-        tg.scaled_dot_product_attention(q, k, k): 2 * (2 * 8 * 5 * 7) * 4,
-        # float16 attention keeps float16 scores: 2 * 1*4*3*3 * 2 bytes
-        tg.scaled_dot_product_attention(half, half, half): 2 * 36 * 2,
+        # (B, H, L, S) scores (the softmax in place) and (B, H, L, D) scaled queries in
+        # the inputs' dtype: (2*8*5*7 + 2*8*5*16) * 4 bytes
+        tg.scaled_dot_product_attention(q, k, k): (560 + 1280) * 4,
+        # a causal mask adds its (L, S) bool and int32 positions of L and S: 35 + 4 * 12
+        tg.scaled_dot_product_attention(q, k, k, mask="causal"): (560 + 1280) * 4 + 35 + 48,
+        # more queries than keys: rows with no key are found with L int32 and L bool
+        tg.scaled_dot_product_attention(tall, short, short, mask="causal"): (
+            (1 * 6 * 3 + 1 * 6 * 4) * 4 + 18 + 4 * 9 + 5 * 6
+        ),
+        # a bool mask (2, 1, 5, 7) adds its row test, one bool per (2, 1, 5) row
+        tg.scaled_dot_product_attention(q, k, k, mask=bool_mask): (560 + 1280) * 4 + 10,
+        # a float mask (1, 1, 5, 7) also tests mask > -inf: 35 bools, plus 5 rows
+        tg.scaled_dot_product_attention(q, k, k, mask=float_mask): (560 + 1280) * 4 + 40,
+        # float16 attention keeps float16 scores: (1*4*3*3 + 1*4*3*8) * 2 bytes
+        tg.scaled_dot_product_attention(half, half, half): (36 + 96) * 2,
         # mean and 1/std per row, float32: 12 rows
         tg.layer_norm(x): 2 * 12 * 4,
         # 1/rms per row

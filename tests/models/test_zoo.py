@@ -110,16 +110,17 @@ def test_decoders_are_built_on_the_fused_ops(name) -> None:
 
 
 # Declared workspace of the SMALL configs (2 layers), derived from the op definitions:
-# - llama, seq 16, 4 heads of 16: attention scores and probabilities 2*4*16*16*4 B = 8192
-#   per layer; rope cos+sin tables 2*16*8*4 B = 1024 plus one product of the rotated
-#   features 4*16*16*4 B = 4096, for each of q and k; rms_norm 16 rows * 4 B = 64, five
-#   norms: 2*8192 + 4*5120 + 5*64 = 37,184.
-# - llama_decode, one query over pos + 1 = 8 cached rows: 2*4*1*8*4 B = 256 per layer;
-#   rope tables 2*1*8*4 B = 64 plus product 4*1*16*4 B = 256, four of them; norms 1 row
-#   * 4 B, five: 2*256 + 4*320 + 5*4 = 1812.
-# - gpt2, seq 16: attention 8192 per layer; layer_norm mean and 1/std, 2*16*4 B = 128,
-#   five norms: 2*8192 + 5*128 = 17,024.
-WORKSPACE = {"llama": 37_184, "llama_decode": 1_812, "gpt2": 17_024}
+# - llama, seq 16, 4 heads of 16, causal: attention scores 4*16*16*4 B = 4096 (softmax in
+#   place) plus scaled queries 4*16*16*4 B = 4096, plus the causal mask 16*16 B = 256 and
+#   its positions 4*(16+16) B = 128: 8576 per layer; rope cos+sin tables 2*16*8*4 B =
+#   1024 plus one product of the rotated features 4*16*16*4 B = 4096, for each of q and
+#   k; rms_norm 16 rows * 4 B = 64, five norms: 2*8576 + 4*5120 + 5*64 = 37,952.
+# - llama_decode, one query over pos + 1 = 8 cached rows, no mask: scores 4*1*8*4 B = 128
+#   plus scaled query 4*1*16*4 B = 256 per layer; rope tables 2*1*8*4 B = 64 plus product
+#   4*1*16*4 B = 256, four of them; norms 1 row * 4 B, five: 2*384 + 4*320 + 5*4 = 2068.
+# - gpt2, seq 16, causal: attention 8576 per layer as llama's; layer_norm mean and 1/std,
+#   2*16*4 B = 128, five norms: 2*8576 + 5*128 = 17,792.
+WORKSPACE = {"llama": 37_952, "llama_decode": 2_068, "gpt2": 17_792}
 
 
 @pytest.mark.parametrize("name", sorted(WORKSPACE))
