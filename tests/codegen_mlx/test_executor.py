@@ -205,3 +205,37 @@ def test_default_mode_peak_is_no_worse_than_op_by_op_on_convnets(name: str) -> N
     auto = peak_of_run(prog, inputs, "auto")
     print(f"{name}: auto peak {auto} B, eager {eager} B, arena {prog.plan.arena_size} B")
     assert auto <= 1.05 * eager
+
+
+# (B, H, Hkv, L, S, D, dtype, mask): square and decode shapes, grouped heads, all masks.
+ATTENTION = [
+    (1, 4, 4, 128, 128, 16, "float32", None),
+    (1, 8, 2, 64, 96, 32, "float32", "causal"),
+    (2, 4, 4, 50, 50, 16, "float16", "bool"),
+    (1, 4, 4, 50, 70, 16, "float32", "float"),
+    (1, 8, 8, 1, 512, 64, "float32", None),
+]
+
+
+@pytest.mark.parametrize("case", ATTENTION, ids=lambda c: "-".join(map(str, c)))
+def test_attention_scratch_fits_its_declared_workspace(case: tuple) -> None:
+    # The arena of a lone attention is q, k, v (and the mask), the output and the
+    # declared workspace; MLX's eager run (inputs converted in the run) must fit in it.
+    # An undeclared scores copy would exceed it by at least B*H*L*S*itemsize.
+    b, h, kv_heads, length, keys, depth, dtype, mask = case
+    rng = np.random.default_rng(0)
+    g = tg.Graph("attention")
+    shapes = {"q": (b, h, length, depth), "k": (b, kv_heads, keys, depth)}
+    shapes["v"] = shapes["k"]
+    inputs = {n: rng.standard_normal(s).astype(dtype) for n, s in shapes.items()}
+    q, k, v = (g.input(n, s, dtype) for n, s in shapes.items())
+    if mask == "bool":
+        mask = g.input("m", (b, 1, length, keys), tg.bool_)
+        inputs["m"] = rng.random((b, 1, length, keys)) > 0.3
+    elif mask == "float":
+        mask = g.input("m", (1, 1, length, keys), dtype)
+        inputs["m"] = rng.standard_normal((1, 1, length, keys)).astype(dtype)
+    g.output(tg.scaled_dot_product_attention(q, k, v, mask=mask))
+    prog = tg.compile(g, alignment=1)
+    prog.run(inputs, backend="mlx", mode="eager")  # warm
+    assert peak_of_run(prog, inputs) <= prog.plan.arena_size
