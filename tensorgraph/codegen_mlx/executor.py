@@ -40,7 +40,13 @@ import mlx.core as mx
 import numpy as np
 
 from tensorgraph.codegen_mlx.arrays import native_dtype, to_mx, to_numpy
-from tensorgraph.codegen_mlx.guards import check, guarded_nodes, raise_if_broken, verdict
+from tensorgraph.codegen_mlx.guards import (
+    check,
+    device_guarded,
+    guarded_nodes,
+    raise_if_broken,
+    verdict,
+)
 from tensorgraph.codegen_mlx.lowering import LOWERINGS
 from tensorgraph.codegen_mlx.segments import run_segments, segment_schedule, trace_segment
 from tensorgraph.codegen_mlx.stats import RunStats
@@ -51,6 +57,7 @@ from tensorgraph.ir.ops import OPS
 from tensorgraph.multi import shared_of
 from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
 from tensorgraph.runtime.kernels import constant_value
+from tensorgraph.runtime.state import check_indices, host_checks
 
 MODES = ("auto", "eager", "compiled")
 # A segment may allocate this fraction of the plan's footprint beyond the arena: half
@@ -87,11 +94,35 @@ def _resident(program: object, device: mx.Device) -> dict[int, mx.array]:
 
 
 def _guarded(program: object) -> tuple:
-    """`guarded_nodes(program.graph)`, computed once per program (it scans every node)."""
+    """`device_guarded(program.graph)`, computed once per program (it scans every node):
+    the guards left to the device once `_check_on_host` passed."""
     cache = _cache(program)
     if "guarded" not in cache:
-        cache["guarded"] = guarded_nodes(program.graph)
+        cache["guarded"] = device_guarded(program.graph)
     return cache["guarded"]
+
+
+def _check_on_host(program: object, feeds: dict[int, object], device: mx.Device) -> None:
+    """Check the indices and positions computable from the feeds on the host (guards.py,
+    tier 3). When one is out of range: a graph with states raises that RunError now,
+    before anything touches the state; a stateless one runs eagerly with every guard,
+    which raises the first broken precondition in schedule order, as the other
+    executors and the oracle do (the host's check is in graph order)."""
+    cache = _cache(program)
+    if "host-checks" not in cache:
+        cache["host-checks"] = host_checks(program.graph)
+    if not cache["host-checks"]:
+        return
+    try:
+        check_indices(program.graph, cache["host-checks"], feeds)
+    except RunError:
+        graph = program.graph
+        if graph.states:
+            raise
+        with mx.stream(device):
+            values = _boundary_values(program, dict(feeds), device)
+            run_eager(graph, program.plan.liveness.last_use, values, guarded_nodes(graph))
+        raise
 
 
 def _boundary_nodes(program: object) -> tuple[tuple, dict[int, object]]:
@@ -286,6 +317,7 @@ def run_mlx(
         cache["feed-nodes"] = feed_nodes(graph)
     feeds = bind_feeds(graph, inputs, params, native_dtype, cache["feed-nodes"])
     native = any(isinstance(v, mx.array) for v in feeds.values())
+    _check_on_host(program, feeds, target)
     if "states" not in cache:
         cache["states"] = tuple(graph.states)
     handed = _hand_over(cache["states"], graph.state_positions, state, feeds)

@@ -4,7 +4,7 @@
 and non-zero divisors of an integer remainder, fmod or floor_divide. Where the oracle raises
 RunError the MLX backend must raise the same RunError, never return zeros or garbage.
 
-A guard is checked in three tiers, cheapest first:
+A guard is checked in four tiers, cheapest first:
 
 1. Statically, from dtypes: uint8 indices into an axis of 256 or more, or an unsigned
    exponent, cannot break the precondition; such nodes are never checked.
@@ -12,13 +12,22 @@ A guard is checked in three tiers, cheapest first:
    `full` or `arange` node are checked on the host with NumPy (a constant's bytes are
    already there; `full` is one value). Those in range are never checked again on the
    device; broken ones stay guarded, so the run raises when it reaches them.
-3. On the device, for everything else: `verdict` is one reduction over the guarded
+3. At run start, from the feeds: an index or position computed from inputs and
+   constants alone through values of at most `HOST_LIMIT` elements (a decode step's
+   `pos`, a token id) is evaluated and checked on the host with NumPy
+   (`runtime.state.host_checks` / `check_indices`) before anything runs, which a
+   stateful call needs anyway (nothing may be written to the state). The executor does
+   this on every call, so such nodes are never checked on the device
+   (`device_guarded`): a decode step of the zoo Llama had six device verdicts, about 10%
+   of its time on the CPU.
+4. On the device, for everything else: `verdict` is one reduction over the guarded
    operand (argmax over an elementwise "bad" mask for take, min for pow) plus a sync to
    read it. That sync is the price of the error; tier 1 and 2 keep it off the common
    cases (slicing's constant positions, `x ** 2`), and an embedding lookup pays one
    tiny reduction over its token ids.
 
-Executors: `guarded_nodes(graph)` lists the nodes of tier 3. Eager: `check(node, args)`
+Executors: `guarded_nodes(graph)` lists the nodes of tiers 3 and 4, `device_guarded(graph)`
+those of tier 4. Eager: `check(node, args)`
 before lowering the node (args are materialised, so its sync is cheap). Traced
 (mx.compile, where no value can be read mid-trace): return `verdict(node, args)` of each
 guarded node as an extra output and `raise_if_broken(node, v)` on each after the run;
@@ -44,6 +53,7 @@ from tensorgraph.runtime.kernels import (
     slice_start_fits,
     slice_start_message,
 )
+from tensorgraph.runtime.state import host_checks
 
 
 @frozen
@@ -261,6 +271,14 @@ def guarded_nodes(graph: Graph) -> tuple[Node, ...]:
         if values is None or guard.violation(node, graph, values) is not None:
             result.append(node)
     return tuple(result)
+
+
+def device_guarded(graph: Graph) -> tuple[Node, ...]:
+    """`guarded_nodes(graph)` less those whose guarded operand is checked on the host at
+    run start (`host_checks`, tier 3): what a run must check on the device, given that
+    the executor ran `check_indices` on its feeds first."""
+    on_host = {node.id for node, slot, _ in host_checks(graph)}
+    return tuple(n for n in guarded_nodes(graph) if n.id not in on_host)
 
 
 def verdict(node: Node, args: Sequence[mx.array]) -> mx.array:

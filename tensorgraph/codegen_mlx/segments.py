@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 import mlx.core as mx
 from attrs import field, frozen
 
-from tensorgraph.codegen_mlx.guards import guarded_nodes, raise_if_broken, verdict
+from tensorgraph.codegen_mlx.guards import device_guarded, raise_if_broken, verdict
 from tensorgraph.codegen_mlx.lowering import LOWERINGS
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
@@ -158,7 +158,7 @@ def segment_schedule(
         cost += size
     if steps:
         bounds.append((start, len(steps), cost))
-    guarded = {n.id for n in guarded_nodes(graph)}
+    guarded = {n.id for n in device_guarded(graph)}
     return tuple(
         _segment(graph, liveness, guarded, start, stop, cost) for start, stop, cost in bounds
     )

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tensorgraph as tg
-from tensorgraph.codegen_mlx.guards import guarded_nodes
+from tensorgraph.codegen_mlx.guards import device_guarded, guarded_nodes
 
 
 def guarded_ops(graph: tg.Graph) -> list[str]:
@@ -108,3 +108,49 @@ def test_take_raises_exactly_where_the_reference_raises(size, indices, dtype) ->
             rows = [i % size for i in indices]
             expected = np.array([[2 * r, 2 * r + 1] for r in rows], np.float32)
             np.testing.assert_array_equal(got, expected)
+
+
+def test_indices_computed_from_inputs_are_checked_on_the_host_not_the_device() -> None:
+    # A token id or a position fed at run time is checked on the host before the run
+    # (tier 3); indices read from a param, or computed from more than HOST_LIMIT
+    # elements, are left to the device (tier 4).
+    g = tg.Graph("embed")
+    table = g.param("table", (10, 4))
+    ids = g.input("ids", (3,), tg.int32)
+    slot = g.param("slot", (2,), tg.int32)
+    g.output(tg.take(table, ids + 1, 0), tg.take(table, slot, 0))
+    assert guarded_ops(g) == ["take", "take"]
+    assert [n.inputs[1] for n in device_guarded(g)] == [slot.id]
+
+
+def test_device_guarded_indices_still_raise_in_every_mode() -> None:
+    g = tg.Graph("slot")
+    table = g.param("table", (10, 4))
+    g.output(tg.take(table, g.param("slot", (2,), tg.int32), 0))
+    prog = tg.compile(g)
+    params = {"table": np.zeros((10, 4), np.float32), "slot": np.array([2, 12], np.int32)}
+    for mode in ("auto", "eager", "compiled"):
+        with pytest.raises(tg.RunError, match=r"take: index 12 is out of range"):
+            prog.run({}, params, backend="mlx", mode=mode)
+
+
+def test_the_first_broken_precondition_in_schedule_order_is_reported() -> None:
+    # pow's exponent (device-guarded) breaks before take's index (host-checked) is read:
+    # every backend names pow, as the oracle does, though the host check fails first.
+    g = tg.Graph("order")
+    base = g.input("base", (4, 2), tg.int32)
+    table = tg.power(base, g.input("e", (4, 2), tg.int32))
+    g.output(tg.take(table, g.input("ids", (1,), tg.int32), 0))
+    prog = tg.compile(g)
+    inputs = {
+        "base": np.full((4, 2), 2, np.int32),
+        "e": np.full((4, 2), -1, np.int32),
+        "ids": np.array([9], np.int32),
+    }
+    with pytest.raises(tg.RunError) as oracle:
+        prog.run(inputs, backend="numpy")
+    assert "pow" in str(oracle.value)
+    for mode in ("auto", "eager", "compiled"):
+        with pytest.raises(tg.RunError) as caught:
+            prog.run(inputs, backend="mlx", mode=mode)
+        assert str(caught.value) == str(oracle.value)
