@@ -47,7 +47,7 @@ from tensorgraph.codegen_mlx.guards import (
     raise_if_broken,
     verdict,
 )
-from tensorgraph.codegen_mlx.lowering import LOWERINGS
+from tensorgraph.codegen_mlx.lowering import lowering_of
 from tensorgraph.codegen_mlx.segments import run_segments, segment_schedule, trace_segment
 from tensorgraph.codegen_mlx.stats import RunStats
 from tensorgraph.errors import RunError, TensorGraphError
@@ -102,19 +102,41 @@ def _guarded(program: object) -> tuple:
     return cache["guarded"]
 
 
+def _host_checks(program: object) -> tuple:
+    """`host_checks(program.graph)`, computed once per program."""
+    cache = _cache(program)
+    if "host-checks" not in cache:
+        cache["host-checks"] = host_checks(program.graph)
+    return cache["host-checks"]
+
+
+def _in_range(program: object) -> frozenset[int]:
+    """Ids of the nodes whose indices are a graph input that `_check_on_host` proves in
+    range before every run: their traces need no index replacement pass
+    (gathers.IN_RANGE). Indices computed from inputs are checked on the host too, but
+    keep the device-side pass: MLX might round or wrap a computed value differently
+    from NumPy, and an unchecked out-of-range index reads out of bounds."""
+    cache = _cache(program)
+    if "in-range" not in cache:
+        cache["in-range"] = frozenset(
+            check.node.id
+            for check in _host_checks(program)
+            if len(check.cone) == 1 and check.cone[0].op == "input"
+        )
+    return cache["in-range"]
+
+
 def _check_on_host(program: object, feeds: dict[int, object], device: mx.Device) -> None:
     """Check the indices and positions computable from the feeds on the host (guards.py,
     tier 3). When one is out of range: a graph with states raises that RunError now,
     before anything touches the state; a stateless one runs eagerly with every guard,
     which raises the first broken precondition in schedule order, as the other
     executors and the oracle do (the host's check is in graph order)."""
-    cache = _cache(program)
-    if "host-checks" not in cache:
-        cache["host-checks"] = host_checks(program.graph)
-    if not cache["host-checks"]:
+    checks = _host_checks(program)
+    if not checks:
         return
     try:
-        check_indices(program.graph, cache["host-checks"], feeds)
+        check_indices(program.graph, checks, feeds)
     except RunError:
         graph = program.graph
         if graph.states:
@@ -185,10 +207,12 @@ def run_eager(
     last_use: Mapping[int, int],
     values: dict[int, mx.array],
     guarded: Sequence[Node] | None = None,
+    in_range: frozenset[int] = frozenset(),
 ) -> list[mx.array]:
     """Evaluate step by step, dropping each value after `last_use` (see module doc).
     `values` (every boundary node's array) is consumed; `guarded` is
-    `guarded_nodes(graph)`, when the caller keeps it."""
+    `guarded_nodes(graph)`, when the caller keeps it; `in_range`: see
+    `lowering.lowering_of`."""
     outputs = set(graph.outputs)
     guarded = {n.id for n in (guarded_nodes(graph) if guarded is None else guarded)}
     slots: dict[int, mx.array] = {}
@@ -204,7 +228,7 @@ def run_eager(
         for i in dict.fromkeys(node.inputs):
             if last_use[i] == step and i not in outputs:
                 del slots[i]  # the op now holds the only reference: MLX may donate it
-        result = LOWERINGS[node.op](node, args)
+        result = lowering_of(node, in_range)(node, args)
         del args
         mx.eval(result)
         if last_use[node.id] != -1 or node.id in outputs:
@@ -212,15 +236,18 @@ def run_eager(
     return [slots[o] for o in graph.outputs]
 
 
-def _trace(graph: Graph, feed_ids: tuple[int, ...], guarded: Sequence[Node]):
+def _trace(
+    graph: Graph, feed_ids: tuple[int, ...], guarded: Sequence[Node], in_range: frozenset[int]
+):
     constants = {n.id: to_mx(constant_value(n)) for n in graph.nodes if n.op == "constant"}
+    steps = [(n, lowering_of(n, in_range)) for n in graph.nodes if not OPS[n.op].boundary]
 
     def program(*feeds: mx.array) -> list[mx.array]:
         slots = dict(zip(feed_ids, feeds, strict=True))
         slots.update(constants)
-        for node in graph.nodes:
+        for node, lower in steps:
             if node.id not in slots:
-                slots[node.id] = LOWERINGS[node.op](node, [slots[i] for i in node.inputs])
+                slots[node.id] = lower(node, [slots[i] for i in node.inputs])
         verdicts = [verdict(n, [slots[i] for i in n.inputs]) for n in guarded]
         return [slots[o] for o in graph.outputs] + verdicts  # verdicts: see guards.py
 
@@ -234,7 +261,7 @@ def run_compiled(program: object, feeds: dict[int, mx.array], device: mx.Device)
     key = f"compiled-{device}"
     if key not in cache:
         feed_ids = tuple(n.id for n in graph.nodes if n.op in ("input", "param", "state"))
-        cache[key] = (feed_ids, _trace(graph, feed_ids, _guarded(program)))
+        cache[key] = (feed_ids, _trace(graph, feed_ids, _guarded(program), _in_range(program)))
     feed_ids, trace = cache[key]
     outputs = trace(*(feeds.pop(i) for i in feed_ids))
     feeds.clear()
@@ -267,7 +294,9 @@ def _segmented(program: object, device: mx.Device) -> tuple[tuple, tuple]:
         plan = program.plan
         budget = segment_budget(program)
         segments = segment_schedule(program.graph, plan.liveness, plan.aliasing, budget)
-        cache[key] = (segments, tuple(trace_segment(program.graph, s) for s in segments))
+        in_range = _in_range(program)
+        traces = tuple(trace_segment(program.graph, s, in_range) for s in segments)
+        cache[key] = (segments, traces)
     return cache[key]
 
 
@@ -275,7 +304,8 @@ def _execute(program: object, mode: str, values: dict[int, mx.array], device: mx
     """(outputs, evaluations launched) of one run in `mode`; `values` is consumed."""
     graph = program.graph
     if mode == "eager":
-        results = run_eager(graph, program.plan.liveness.last_use, values, _guarded(program))
+        last_use = program.plan.liveness.last_use
+        results = run_eager(graph, last_use, values, _guarded(program), _in_range(program))
         return results, sum(not OPS[n.op].boundary for n in graph.nodes)
     if mode == "compiled":
         return run_compiled(program, values, device), 1
@@ -316,7 +346,10 @@ def run_mlx(
     if "feed-nodes" not in cache:
         cache["feed-nodes"] = feed_nodes(graph)
     feeds = bind_feeds(graph, inputs, params, native_dtype, cache["feed-nodes"])
-    native = any(isinstance(v, mx.array) for v in feeds.values())
+    # bound params are NumPy (Graph keeps them so): only the caller's arrays can be mx
+    native = any(isinstance(v, mx.array) for v in inputs.values()) or any(
+        isinstance(v, mx.array) for v in (params or {}).values()
+    )
     _check_on_host(program, feeds, target)
     if "states" not in cache:
         cache["states"] = tuple(graph.states)

@@ -7,6 +7,12 @@ crashes the process) and mx.slice_update segfaults on an update of another rank 
 from a start past the axis, so: indices outside the op's valid range are replaced by 0
 and a run-time start is clamped into range before MLX sees them (guards.py reports
 them as the oracle's RunError), and a mis-ranked update is refused here.
+
+`IN_RANGE` holds the same lowerings without that replacement or clamping, for nodes
+whose indices or start the executor proved in range on the host before the run
+(guards.py, tier 3: a decode step's position and token id). Only an executor that ran
+that check on the very feeds of the run may use them; their traces then carry no
+per-call index pass (a decode step of the zoo Llama had six).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from tensorgraph.errors import RunError
 from tensorgraph.ir.node import Node, describe
 
 
-def _slice_update(node: Node, args: Sequence[mx.array]) -> mx.array:
+def _slice_update(node: Node, args: Sequence[mx.array], clamp: bool = True) -> mx.array:
     """`update` written into `target` from the start along the axis: the attribute, or
     the third operand (a run-time start). mx.slice_update writes out of bounds (or
     crashes the process) from a start past the axis, so a run-time start is clamped
@@ -44,7 +50,9 @@ def _slice_update(node: Node, args: Sequence[mx.array]) -> mx.array:
         return target
     if len(args) == 3:
         last = target.shape[axis] - update.shape[axis]  # inference keeps it >= 0
-        start_indices = mx.clip(args[2].reshape(1), 0, last)
+        start_indices = args[2].reshape(1)
+        if clamp:
+            start_indices = mx.clip(start_indices, 0, last)
     else:
         start_indices = mx.array([node.attr("start")], dtype=mx.int32)
     return mx.slice_update(target, update, start_indices=start_indices, axes=(axis,))
@@ -93,8 +101,36 @@ def _gather(node: Node, args: Sequence[mx.array]) -> mx.array:
     return mx.take_along_axis(x[cut], indices, axis=axis)
 
 
+def _take_in_range(node: Node, args: Sequence[mx.array]) -> mx.array:
+    """`_take` for indices proven in [-size, size) (see the module docstring)."""
+    x, indices = args
+    if x.shape[node.attr("axis")] == 0:  # no index fits: only empty indices get here
+        return _filled(node, 0)
+    return mx.take(x, indices, axis=node.attr("axis"))
+
+
+def _gather_in_range(node: Node, args: Sequence[mx.array]) -> mx.array:
+    """`_gather` for indices proven in [0, size) (see the module docstring)."""
+    x, indices = args
+    axis = node.attr("axis")
+    if x.shape[axis] == 0:
+        return _filled(node, 0)
+    cut = tuple(slice(None) if k == axis else slice(0, n) for k, n in enumerate(indices.shape))
+    return mx.take_along_axis(x[cut], indices, axis=axis)
+
+
+def _slice_update_in_range(node: Node, args: Sequence[mx.array]) -> mx.array:
+    """`_slice_update` for a run-time start proven in [0, extent - rows]."""
+    return _slice_update(node, args, clamp=False)
+
+
 TABLE: dict[str, Lowering] = {
     "take": _take,
     "gather": _gather,
     "slice_update": _slice_update,
+}
+IN_RANGE: dict[str, Lowering] = {
+    "take": _take_in_range,
+    "gather": _gather_in_range,
+    "slice_update": _slice_update_in_range,
 }

@@ -277,7 +277,7 @@ def device_guarded(graph: Graph) -> tuple[Node, ...]:
     """`guarded_nodes(graph)` less those whose guarded operand is checked on the host at
     run start (`host_checks`, tier 3): what a run must check on the device, given that
     the executor ran `check_indices` on its feeds first."""
-    on_host = {node.id for node, slot, _ in host_checks(graph)}
+    on_host = {check.node.id for check in host_checks(graph)}
     return tuple(n for n in guarded_nodes(graph) if n.id not in on_host)
 
 

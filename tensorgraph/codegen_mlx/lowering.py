@@ -348,4 +348,19 @@ _TABLE.update(gathers.TABLE)
 _TABLE.update(math_lowering.TABLE)
 _TABLE.update(pooling.TABLE)
 LOWERINGS: dict[str, Lowering] = {op: _lowered(op, fn) for op, fn in _TABLE.items()}
+# For nodes whose indices the executor checked on the host (gathers.IN_RANGE).
+IN_RANGE_LOWERINGS: dict[str, Lowering] = {
+    op: _lowered(op, fn) for op, fn in gathers.IN_RANGE.items()
+}
+
+
+def lowering_of(node: Node, in_range: frozenset[int] = frozenset()) -> Lowering:
+    """The lowering of `node`: its op's, or, when `node` is in `in_range` (nodes whose
+    indices the executor proves in range on the host before every run), the one
+    without the index replacement pass where the op has one."""
+    if node.id in in_range and node.op in IN_RANGE_LOWERINGS:
+        return IN_RANGE_LOWERINGS[node.op]
+    return LOWERINGS[node.op]
+
+
 from tensorgraph.codegen_mlx import fused, update_lowering  # noqa: E402, F401  (add to LOWERINGS)

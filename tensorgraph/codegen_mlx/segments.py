@@ -48,7 +48,7 @@ import mlx.core as mx
 from attrs import field, frozen
 
 from tensorgraph.codegen_mlx.guards import device_guarded, raise_if_broken, verdict
-from tensorgraph.codegen_mlx.lowering import LOWERINGS
+from tensorgraph.codegen_mlx.lowering import lowering_of
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
@@ -187,19 +187,22 @@ def _segment(
 Trace = Callable[..., list[mx.array]]
 
 
-def trace_segment(graph: Graph, segment: Segment) -> Trace | None:
+def trace_segment(
+    graph: Graph, segment: Segment, in_range: frozenset[int] = frozenset()
+) -> Trace | None:
     """`segment` as an mx.compile'd function: its inputs' arrays -> its outputs' arrays,
     then one verdict per guarded node. None when it has neither (nothing it computes is
-    observable: dead code the rewrites did not remove)."""
+    observable: dead code the rewrites did not remove). `in_range`: ids of nodes whose
+    indices the caller checks on the host before every call (`lowering.lowering_of`)."""
     if not segment.outputs and not segment.guarded:
         return None
-    nodes = [graph.node(i) for i in segment.nodes]
+    nodes = [(graph.node(i), lowering_of(graph.node(i), in_range)) for i in segment.nodes]
     guarded = [graph.node(i) for i in segment.guarded]
 
     def run(*args: mx.array) -> list[mx.array]:
         slots = dict(zip(segment.inputs, args, strict=True))
-        for node in nodes:
-            slots[node.id] = LOWERINGS[node.op](node, [slots[i] for i in node.inputs])
+        for node, lower in nodes:
+            slots[node.id] = lower(node, [slots[i] for i in node.inputs])
         verdicts = [verdict(n, [slots[i] for i in n.inputs]) for n in guarded]
         return [slots[o] for o in segment.outputs] + verdicts
 

@@ -29,10 +29,14 @@ _FACTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _facts(program: object) -> tuple:
-    if program not in _FACTS:
+    """(states, feed nodes, host checks, the States already checked for this program:
+    a State's specs and backend never change, so `check_state` passes once for good)."""
+    facts = _FACTS.get(program)
+    if facts is None:
         graph = program.graph
-        _FACTS[program] = (tuple(graph.states), feed_nodes(graph), host_checks(graph))
-    return _FACTS[program]
+        facts = (tuple(graph.states), feed_nodes(graph), host_checks(graph), weakref.WeakSet())
+        _FACTS[program] = facts
+    return facts
 
 
 def _returned(graph: object, outputs: list) -> list:
@@ -51,14 +55,16 @@ def call(
     """The outputs `graph.returned` of one run of `program` (see the module docstring);
     `state` None runs on the program's default state for `backend`."""
     graph = program.graph
-    states, nodes, checks = _facts(program)
+    states, nodes, checks, checked = _facts(program)
     if not states:
         if state is not None:
             raise RunError(f"graph {graph.name!r} has no states, but a state was given")
         return _run(program, inputs, params, backend, None, options)
     if state is None:
         state = program.state(backend)
-    check_state(state, backend, graph, states)
+    if state not in checked:
+        check_state(state, backend, graph, states)
+        checked.add(state)
     if checks and backend != "mlx":  # the MLX executor checks them itself (its guards)
         check_indices(graph, checks, bind_feeds(graph, inputs, params, nodes=nodes))
     return _returned(graph, _run(program, inputs, params, backend, state, options))

@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
+from attrs import frozen
 
 from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
@@ -151,10 +152,31 @@ def check_state(
             )
 
 
-def host_checks(graph: Graph) -> tuple[tuple[Node, int, tuple[Node, ...]], ...]:
-    """(checked node, operand position, the nodes computing that operand) for every
-    position or index operand computed from inputs and constants alone, through values
-    of at most HOST_LIMIT elements: what `check_indices` evaluates before a call."""
+@frozen
+class HostCheck:
+    """One position or index operand checked on the host before a call: operand `slot`
+    of `node`, computed by `cone` (inputs and constants first, in graph order) from the
+    feeds alone. `kind`: "start" (a slice_update start: 0 <= start <= size - rows),
+    "signed" (indices in [-size, size)) or "unsigned" ([0, size)). `size`: the extent
+    of the indexed axis; `rows`: the update's extent along it (starts only)."""
+
+    node: Node
+    slot: int
+    cone: tuple[Node, ...]
+    kind: str
+    size: int
+    rows: int = 0
+
+    @property
+    def rule(self) -> tuple[int, str, int, int]:
+        """What the check tests: equal rules pass or fail together on the same feeds."""
+        return (self.node.inputs[self.slot], self.kind, self.size, self.rows)
+
+
+def host_checks(graph: Graph) -> tuple[HostCheck, ...]:
+    """A `HostCheck` for every position or index operand computed from inputs and
+    constants alone, through values of at most HOST_LIMIT elements, in graph order:
+    what `check_indices` evaluates before a call."""
     host: dict[int, tuple[Node, ...]] = {}  # node id -> its host-computable cone
     for node in graph.nodes:
         small = int(np.prod(node.shape, dtype=np.int64)) <= HOST_LIMIT
@@ -166,8 +188,16 @@ def host_checks(graph: Graph) -> tuple[tuple[Node, int, tuple[Node, ...]], ...]:
     checks = []
     for node in graph.nodes:
         slot = _slot(node)
-        if slot is not None and node.inputs[slot] in host:
-            checks.append((node, slot, host[node.inputs[slot]]))
+        if slot is None or node.inputs[slot] not in host:
+            continue
+        axis = node.attr("axis")
+        size = graph.node(node.inputs[0]).shape[axis]
+        cone = host[node.inputs[slot]]
+        if node.op == "slice_update":
+            rows = graph.node(node.inputs[1]).shape[axis]
+            checks.append(HostCheck(node, slot, cone, "start", size, rows))
+        else:
+            checks.append(HostCheck(node, slot, cone, INDEXED[node.op][1], size))
     return tuple(checks)
 
 
@@ -178,16 +208,19 @@ def _slot(node: Node) -> int | None:
     return None if rule is None else rule[0]
 
 
-def check_indices(
-    graph: Graph,
-    checks: Sequence[tuple[Node, int, tuple[Node, ...]]],
-    feeds: Mapping[int, object],
-) -> None:
+def check_indices(graph: Graph, checks: Sequence[HostCheck], feeds: Mapping[int, object]) -> None:
     """RunError naming the node and both numbers when a position or index in `checks`
-    (`host_checks(graph)`) is out of range for the `feeds` of a call."""
+    (`host_checks(graph)`) is out of range for the `feeds` of a call: the first such
+    node in graph order. Checks of one rule (a decode step's four cache writes at one
+    position) are evaluated once."""
     values: dict[int, np.ndarray] = {}
-    for node, slot, cone in checks:
-        for n in cone:
+    done: set[tuple[int, str, int, int]] = set()
+    for check in checks:
+        rule = check.rule
+        if rule in done:
+            continue
+        done.add(rule)
+        for n in check.cone:
             if n.id in values:
                 continue
             if n.op == "input":
@@ -196,20 +229,17 @@ def check_indices(
                 values[n.id] = constant_value(n)
             else:
                 values[n.id] = evaluate(n, [values[i] for i in n.inputs])
-        index = values[node.inputs[slot]].astype(np.int64)
-        target = graph.node(node.inputs[0])
-        axis = node.attr("axis")
-        size = target.shape[axis]
-        if node.op == "slice_update":
+        index = values[rule[0]].astype(np.int64)
+        size, node = check.size, check.node
+        if check.kind == "start":
             start = int(index.reshape(-1)[0]) if index.size else 0
-            rows = graph.node(node.inputs[1]).shape[axis]
-            if not slice_start_fits(start, rows, size):
-                raise RunError(slice_start_message(node, start, rows, size))
+            if not slice_start_fits(start, check.rows, size):
+                raise RunError(slice_start_message(node, start, check.rows, size))
             continue
-        low = -size if INDEXED[node.op][1] == "signed" else 0
+        low = -size if check.kind == "signed" else 0
         bad = (index < low) | (index >= size)
         if bad.any():
             raise RunError(
                 f"{describe(node)}: index {index[bad].flat[0]} is out of range for axis "
-                f"{axis} of size {size}"
+                f"{node.attr('axis')} of size {size}"
             )

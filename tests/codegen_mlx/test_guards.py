@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tensorgraph as tg
+from tensorgraph.codegen_mlx import executor
 from tensorgraph.codegen_mlx.guards import device_guarded, guarded_nodes
 
 
@@ -154,3 +155,27 @@ def test_the_first_broken_precondition_in_schedule_order_is_reported() -> None:
         with pytest.raises(tg.RunError) as caught:
             prog.run(inputs, backend="mlx", mode=mode)
         assert str(caught.value) == str(oracle.value)
+
+
+def test_fed_indices_skip_the_device_replacement_pass_and_computed_ones_keep_it() -> None:
+    # A take whose indices are an input is checked on the host before every run, so its
+    # trace hands them to MLX as they are; indices computed from an input keep the pass
+    # (MLX and NumPy could disagree on a computed value), as does a param's (tier 4).
+    g = tg.Graph("embed")
+    table = g.param("table", (5, 2))
+    ids = g.input("ids", (3,), tg.int32)
+    fed, computed = tg.take(table, ids, 0), tg.take(table, ids + 1, 0)
+    slot = tg.take(table, g.param("slot", (1,), tg.int32), 0)
+    g.output(fed, computed, slot)
+    prog = tg.compile(g)
+    assert executor._in_range(prog) == {fed.id}
+    params = {"table": np.arange(10, dtype=np.float32).reshape(5, 2), "slot": np.array([4])}
+    params["slot"] = params["slot"].astype(np.int32)
+    inputs = {"ids": np.array([-5, 0, 3], np.int32)}  # negative indices count from the end
+    want = prog.run(inputs, params, backend="numpy")
+    for mode in ("auto", "eager", "compiled"):
+        got = prog.run(inputs, params, backend="mlx", mode=mode)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        with pytest.raises(tg.RunError, match=r"take: index 5 is out of range"):
+            prog.run({"ids": np.array([0, 5, 1], np.int32)}, params, backend="mlx", mode=mode)
