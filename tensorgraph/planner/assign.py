@@ -19,9 +19,10 @@ decision about the others.
 - `best`: the three above, more orderings while its work budget lasts, an improvement
   search that moves the buffers touching the arena top earlier in the order, a repair
   search that re-places the buffers around the top (`planner.improve`), then, above the
-  lower bound, the exact search of `planner.search`; never worse than the three, and
-  it stops as soon as a plan reaches the lower bound. Its plan carries a certificate
-  (`planner.certificate`): optimal, or the range the optimum lies in.
+  lower bound, the exact search of `planner.search` and a random repair search (`shake`);
+  never worse than the three, and it stops as soon as a plan reaches the lower bound.
+  Its plan carries a certificate (`planner.certificate`): optimal, or the range the
+  optimum lies in.
 
 `best` is deterministic: its budget counts work units (`planner.search.Work`: a buffer
 placed in a placement pass costs PLACE_UNITS plus a unit per NEAR neighbours its gap
@@ -55,16 +56,19 @@ from tensorgraph.planner.buffers import (
     peak,
 )
 from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, certified
-from tensorgraph.planner.improve import lowest_gap, repair
+from tensorgraph.planner.improve import lowest_gap, repair, shake
 from tensorgraph.planner.interval_index import IntervalIndex, Lifetimes
-from tensorgraph.planner.search import Work, check_limits, default_budget, minimize
+from tensorgraph.planner.search import Work, check_limits, construct, default_budget, minimize
 from tensorgraph.planner.waves import StartOrder, place_in_waves
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
+CONSTRUCT_SHARE = 2  # then skyline constructions (`search.construct`) 1/CONSTRUCT_SHARE,
 ORDERS_SHARE = 2  # after the baselines, more orders get 1/ORDERS_SHARE of the work left,
 IMPROVE_SHARE = 10  # reordering 1/IMPROVE_SHARE of the rest,
 REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest; exact search the rest
+RESOLUTION = 64  # until its bisection's step is below 1/RESOLUTION of the gap it started
+# with (smaller steps rarely fit on dense sets); `improve.shake` gets whatever is left
 # Work units (about a microsecond each on the reference machine, see planner.search):
 PLACE_UNITS = 8  # per buffer a placement pass places (interval index query, bookkeeping)
 NEAR = 2  # plus one per NEAR placed neighbours its gap search sorts and scans
@@ -342,7 +346,9 @@ def best(
     runs out within it); 3. iterated reordering with 1/IMPROVE_SHARE of the work (and,
     under a time limit, of the time) left; 4. the repair search around the arena top
     (`planner.improve`) with 1/REPAIR_SHARE of the rest; 5. `search.minimize` (exact
-    search, bisecting capacities towards the bound) with the rest. Any step that
+    search, bisecting capacities towards the bound) with the rest, until its bisection
+    step falls below 1/RESOLUTION of the gap it started with; 6. `improve.shake`, the
+    random repair search, with whatever is left. Any step that
     reaches the lower bound ends the run. `progress` gets a line as each step starts and
     for each smaller arena found. An order whose placement would pass 2**63 bytes is
     dropped; PlanError (naming a buffer) only when every one would."""
@@ -399,6 +405,13 @@ def best(
                 return done(plan)
     if incumbent is None:
         raise overflow
+    if incumbent.arena_size > bound and work.afford(1):
+        ceiling = work.share(1, CONSTRUCT_SHARE)
+        say("skyline constructions")
+        incumbent = construct(buffers, alignment, incumbent, work, ceiling, say)
+        work.end_share()
+        if incumbent.arena_size <= bound:
+            return done(incumbent)
     ceiling = work.share(1, IMPROVE_SHARE)
     if best_order is not None and work.afford(cost, ceiling):
         say("reordering the buffers at the arena top")
@@ -418,10 +431,15 @@ def best(
             say,
         )
         work.end_share()
+    proven = None
     if incumbent.arena_size > bound and work.afford(1):
         say("exact search")
-        minimal = minimize(buffers, alignment, incumbent, work, say)
-        return done(minimal, minimal.proven_infeasible)
+        minimal = minimize(buffers, alignment, incumbent, work, say, 1, RESOLUTION)
+        incumbent, proven = minimal, minimal.proven_infeasible
+    if incumbent.arena_size > bound and work.afford(1):
+        say("shaking the packing around its top")
+        incumbent = shake(buffers, incumbent, alignment, work.afford, work.charge, say)
+    return done(incumbent, proven)
     return done(incumbent)
 
 
