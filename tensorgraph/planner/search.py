@@ -36,6 +36,7 @@ HEURISTICS = ("TAW", "TWA", "WAT")
 # Preorderings `construct` builds a packing with: the skyline packings of dense random
 # sets (`planner.synthetic.random_buffers`) come out best under one of these (measured).
 CONSTRUCTIONS = ("TZA", "TZ", "TSA", "TAW")
+PROBE_NODES = 3  # halves of the buffer count: a probe's node limit (a little backtracking)
 # Where `construct` probes between its low end and the best arena, in 1/SPLIT_SCALE: a
 # bisection first, then, each time it converges, a pass that samples other capacities.
 SPLIT_SCALE = 16
@@ -207,11 +208,13 @@ def decide(
     progress: Callable[[str], None] | None = None,
     heuristics: Sequence[str] = HEURISTICS,
     rounds: int | None = None,
+    first_limit: int | None = None,
 ) -> SearchResult:
     """`search_offsets` on a shared `Work`, spending at most up to `ceiling`; `problem`
     (built for the same buffers and alignment) saves rebuilding the section tables.
-    `rounds` (None: no limit) caps the rounds of the round-robin (node limits of 2, 4,
-    ... times the buffer count); past them the search gives up, not settled."""
+    The round-robin's node limit starts at `first_limit` (None: twice the buffer count)
+    and doubles every round; `rounds` (None: no limit) caps the rounds, past which the
+    search gives up, not settled."""
     if not buffers:
         return SearchResult({}, False)
     if any(align_up(b.size, alignment) > capacity for b in buffers if b.size):
@@ -226,7 +229,7 @@ def decide(
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 4 * len(buffers) + 1000))
     try:
-        return _round_robin(problem, work, ceiling, progress, heuristics, rounds)
+        return _round_robin(problem, work, ceiling, progress, heuristics, rounds, first_limit)
     finally:
         sys.setrecursionlimit(limit)
 
@@ -253,8 +256,9 @@ def _round_robin(
     progress: Callable[[str], None] | None,
     heuristics: Sequence[str],
     rounds: int | None = None,
+    first_limit: int | None = None,
 ) -> SearchResult:
-    node_limit = len(problem.buffers)
+    node_limit = len(problem.buffers) if first_limit is None else first_limit // 2
     for _ in itertools.count() if rounds is None else range(rounds):
         node_limit *= 2
         for heuristic in heuristics:
@@ -296,7 +300,7 @@ def construct(
     progress: Callable[[str], None] | None = None,
 ) -> Assignment:
     """The exact search as a construction heuristic, spending at most up to `ceiling`:
-    probes, each one round (twice as many nodes as buffers) of one preordering of
+    probes, each one round (PROBE_NODES / 2 nodes a buffer) of one preordering of
     CONSTRUCTIONS at one capacity, bisecting capacities between the lower bound and
     the smallest arena so far (the first probe one byte below it; then passes that split
     the range elsewhere, SPLITS, each time the bisection converges). A round seldom
@@ -314,13 +318,23 @@ def construct(
         return best
     problem = _problem(buffers, alignment, work, ceiling)
     capacity, bottom = best.arena_size - 1, low
+    limit = max(1, PROBE_NODES * len(buffers) // 2)
     for split in itertools.cycle(SPLITS) if problem is not None else ():
         while low <= capacity < best.arena_size:
             for heuristic in CONSTRUCTIONS:
                 if not work.afford(problem.reset_units, ceiling):
                     return best
                 found = decide(
-                    buffers, capacity, alignment, work, ceiling, problem, None, (heuristic,), 1
+                    buffers,
+                    capacity,
+                    alignment,
+                    work,
+                    ceiling,
+                    problem,
+                    None,
+                    (heuristic,),
+                    1,
+                    limit,
                 )
                 if found.offsets is not None:
                     top = max(found.offsets[b.id] + b.size for b in buffers)
