@@ -16,10 +16,11 @@ decision about the others.
 - `greedy_size`: largest first, ties to the longer lifetime, then the earlier start,
   then id order (TensorFlow Lite / ExecuTorch's greedy);
 - `greedy_breadth`: by birth step, largest first within a step;
-- `best`: the three above, more orderings while its work budget lasts, an improvement
-  search that moves the buffers touching the arena top earlier in the order, a repair
-  search that re-places the buffers around the top (`planner.improve`), then, above the
-  lower bound, the exact search of `planner.search` and a random repair search (`shake`);
+- `best`: the three above, more orderings while its work budget lasts, skyline packings
+  built by the exact search's first round (`search.construct`), an improvement search
+  that moves the buffers touching the arena top earlier in the order, a repair search
+  that re-places the buffers around the top (`planner.improve`), then, above the lower
+  bound, the exact search of `planner.search` and a random repair search (`shake`);
   never worse than the three, and it stops as soon as a plan reaches the lower bound.
   Its plan carries a certificate (`planner.certificate`): optimal, or the range the
   optimum lies in.
@@ -63,9 +64,9 @@ from tensorgraph.planner.waves import StartOrder, place_in_waves
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
-CONSTRUCT_SHARE = 2  # then skyline constructions (`search.construct`) 1/CONSTRUCT_SHARE,
 ORDERS_SHARE = 2  # after the baselines, more orders get 1/ORDERS_SHARE of the work left,
-IMPROVE_SHARE = 10  # reordering 1/IMPROVE_SHARE of the rest,
+CONSTRUCT_SHARE = 3  # skyline constructions (`search.construct`) CONSTRUCT_SHARE quarters
+IMPROVE_SHARE = 10  # of the rest, reordering 1/IMPROVE_SHARE of the rest,
 REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest; exact search the rest
 RESOLUTION = 64  # until its bisection's step is below 1/RESOLUTION of the gap it started
 # with (smaller steps rarely fit on dense sets); `improve.shake` gets whatever is left
@@ -343,12 +344,16 @@ def best(
     Steps: 1. naive, greedy_size and greedy_breadth always run (so `best` is never worse
     than them, whatever the budget); 2. more orderings with 1/ORDERS_SHARE of the work
     left (a pass starts when the last pass's cost is left, and is dropped if the budget
-    runs out within it); 3. iterated reordering with 1/IMPROVE_SHARE of the work (and,
-    under a time limit, of the time) left; 4. the repair search around the arena top
-    (`planner.improve`) with 1/REPAIR_SHARE of the rest; 5. `search.minimize` (exact
-    search, bisecting capacities towards the bound) with the rest, until its bisection
-    step falls below 1/RESOLUTION of the gap it started with; 6. `improve.shake`, the
-    random repair search, with whatever is left. Any step that
+    runs out within it); 3. skyline constructions (`search.construct`: the exact search
+    cut to one short round per capacity, capacities bisected) with CONSTRUCT_SHARE
+    quarters of the work left; 4. when no construction beat the best order, iterated
+    reordering of that order with 1/IMPROVE_SHARE of the work (and, under a time limit,
+    of the time) left; 5. the repair search around the arena top (`planner.improve`)
+    with 1/REPAIR_SHARE of the rest; 6. `search.minimize` (exact search, bisecting
+    capacities towards the bound) with the rest, until its bisection step falls below
+    1/RESOLUTION of the gap it started with; 7. `improve.shake`, the random repair
+    search, with whatever is left. Each share is of the work (and, under a time limit,
+    of the time) left when the step starts. Any step that
     reaches the lower bound ends the run. `progress` gets a line as each step starts and
     for each smaller arena found. An order whose placement would pass 2**63 bytes is
     dropped; PlanError (naming a buffer) only when every one would."""
@@ -405,15 +410,17 @@ def best(
                 return done(plan)
     if incumbent is None:
         raise overflow
+    ordered = incumbent
     if incumbent.arena_size > bound and work.afford(1):
-        ceiling = work.share(1, CONSTRUCT_SHARE)
+        ceiling = work.share(CONSTRUCT_SHARE, 4)
         say("skyline constructions")
         incumbent = construct(buffers, alignment, incumbent, work, ceiling, say)
         work.end_share()
         if incumbent.arena_size <= bound:
             return done(incumbent)
     ceiling = work.share(1, IMPROVE_SHARE)
-    if best_order is not None and work.afford(cost, ceiling):
+    # Reordering improves the best order's packing: no use once a construction beat it.
+    if best_order is not None and incumbent is ordered and work.afford(cost, ceiling):
         say("reordering the buffers at the arena top")
         incumbent = _improve(
             buffers, best_order, incumbent, alignment, bound, columns, work, ceiling, say

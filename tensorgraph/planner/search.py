@@ -36,6 +36,7 @@ HEURISTICS = ("TAW", "TWA", "WAT")
 # Preorderings `construct` builds a packing with: the skyline packings of dense random
 # sets (`planner.synthetic.random_buffers`) come out best under one of these (measured).
 CONSTRUCTIONS = ("TZA", "TZ", "TSA", "TAW")
+AT_BOUND = ("WAT",)  # and at the bound, first (MiniMalloc's width-first key)
 PROBE_NODES = 3  # halves of the buffer count: a probe's node limit (a little backtracking)
 # Where `construct` probes between its low end and the best arena, in 1/SPLIT_SCALE: a
 # bisection first, then, each time it converges, a pass that samples other capacities.
@@ -319,6 +320,16 @@ def construct(
     problem = _problem(buffers, alignment, work, ceiling)
     capacity, bottom = best.arena_size - 1, low
     limit = max(1, PROBE_NODES * len(buffers) // 2)
+    for heuristic in AT_BOUND if problem is not None else ():
+        if not work.afford(problem.reset_units, ceiling):
+            return best
+        found = decide(
+            buffers, low, alignment, work, ceiling, problem, None, (heuristic,), 1, limit
+        )
+        if found.offsets is not None:
+            if progress is not None:
+                progress(f"construction {heuristic} at the bound {low:,}")
+            return Assignment(found.offsets, max(found.offsets[b.id] + b.size for b in buffers))
     for split in itertools.cycle(SPLITS) if problem is not None else ():
         while low <= capacity < best.arena_size:
             for heuristic in CONSTRUCTIONS:
