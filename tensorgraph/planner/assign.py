@@ -61,13 +61,15 @@ from tensorgraph.planner.improve import lowest_gap, repair, shake
 from tensorgraph.planner.interval_index import IntervalIndex, Lifetimes
 from tensorgraph.planner.search import Work, check_limits, construct, default_budget, minimize
 from tensorgraph.planner.waves import StartOrder, place_in_waves
+from tensorgraph.planner.window import resolve_window
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
 ORDERS_SHARE = 2  # after the baselines, more orders get 1/ORDERS_SHARE of the work left,
 CONSTRUCT_SHARE = 3  # skyline constructions (`search.construct`) CONSTRUCT_SHARE quarters
 IMPROVE_SHARE = 10  # of the rest, reordering 1/IMPROVE_SHARE of the rest,
-REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest; exact search the rest
+REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest, the window search
+WINDOW_SHARE = 2  # (`planner.window`) 1/WINDOW_SHARE of the rest; exact search the rest
 RESOLUTION = 64  # until its bisection's step is below 1/RESOLUTION of the gap it started
 # with (smaller steps rarely fit on dense sets); `improve.shake` gets whatever is left
 # Work units (about a microsecond each on the reference machine, see planner.search):
@@ -438,6 +440,11 @@ def best(
             say,
         )
         work.end_share()
+    if incumbent.arena_size > bound and work.afford(1):
+        ceiling = work.share(1, WINDOW_SHARE)
+        say("exact search on the window around the top")
+        incumbent = resolve_window(buffers, incumbent, alignment, work, ceiling, say)
+        work.end_share()
     proven = None
     if incumbent.arena_size > bound and work.afford(1):
         say("exact search")
@@ -447,7 +454,6 @@ def best(
         say("shaking the packing around its top")
         incumbent = shake(buffers, incumbent, alignment, work.afford, work.charge, say)
     return done(incumbent, proven)
-    return done(incumbent)
 
 
 def _improve(
