@@ -66,7 +66,7 @@ from tensorgraph.planner.window import resolve_window
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
 ORDERS_SHARE = 2  # after the baselines, more orders get 1/ORDERS_SHARE of the work left,
-CONSTRUCT_SHARE = 3  # skyline constructions (`search.construct`) CONSTRUCT_SHARE quarters
+CONSTRUCT_SHARE = 2  # skyline constructions (`search.construct`) CONSTRUCT_SHARE quarters
 IMPROVE_SHARE = 10  # of the rest, reordering 1/IMPROVE_SHARE of the rest,
 REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest, the window search
 WINDOW_SHARE = 2  # (`planner.window`) 1/WINDOW_SHARE of the rest; exact search the rest

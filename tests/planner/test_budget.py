@@ -90,8 +90,8 @@ def test_a_time_limit_that_stops_the_search_is_reported() -> None:
 
 
 def test_a_binding_time_limit_still_reaches_every_stage() -> None:
-    # A budget no clock allows: each stage gets its share of the time instead (three
-    # quarters to the skyline constructions, a tenth of the rest to reordering when no
+    # A budget no clock allows: each stage gets its share of the time instead (half
+    # to the skyline constructions, a tenth of the rest to reordering when no
     # construction beat the orders, ...), so the exact search still runs. An instance the
     # constructions leave above the bound.
     buffers = hard(250, 9)
