@@ -27,7 +27,15 @@ from attrs import frozen
 
 from tensorgraph.errors import PlanError
 from tensorgraph.planner.buffers import INT64_END, Assignment, Buffer, align_up, lower_bound
-from tensorgraph.planner.canonical import KEYS, Abort, Problem, setup_units
+from tensorgraph.planner.canonical import (
+    KEYS,
+    NODE_UNITS,
+    PLACE_UNITS,
+    SCAN,
+    Abort,
+    Problem,
+    setup_units,
+)
 from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, certified
 
 # Preorderings (letters of planner.canonical.KEYS, most significant first): MiniMalloc's
@@ -316,6 +324,11 @@ def construct(
     best = incumbent
     low = lower_bound(buffers, alignment) if buffers else 0
     if best.arena_size <= low:
+        return best
+    # Unless a greedy round (a node and a placement a buffer) fits, the work is better
+    # left to the next steps: a round cut short builds nothing.
+    n = len(buffers)
+    if not work.afford(setup_units(buffers) + n * (NODE_UNITS + PLACE_UNITS + n // SCAN), ceiling):
         return best
     problem = _problem(buffers, alignment, work, ceiling)
     capacity, bottom = best.arena_size - 1, low
