@@ -20,7 +20,8 @@ decision about the others.
   built by the exact search's first round (`search.construct`), an improvement search
   that moves the buffers touching the arena top earlier in the order, a repair search
   that re-places the buffers around the top (`planner.improve`), then, above the lower
-  bound, the exact search of `planner.search` and a random repair search (`shake`);
+  bound, the exact search of `planner.search` on the buffers around the top
+  (`planner.window`) and on all of them, and a random repair search (`shake`);
   never worse than the three, and it stops as soon as a plan reaches the lower bound.
   Its plan carries a certificate (`planner.certificate`): optimal, or the range the
   optimum lies in.
@@ -351,12 +352,13 @@ def best(
     quarters of the work left; 4. when no construction beat the best order, iterated
     reordering of that order with 1/IMPROVE_SHARE of the work (and, under a time limit,
     of the time) left; 5. the repair search around the arena top (`planner.improve`)
-    with 1/REPAIR_SHARE of the rest; 6. `search.minimize` (exact search, bisecting
-    capacities towards the bound) with the rest, until its bisection step falls below
-    1/RESOLUTION of the gap it started with; 7. `improve.shake`, the random repair
-    search, with whatever is left. Each share is of the work (and, under a time limit,
-    of the time) left when the step starts. Any step that
-    reaches the lower bound ends the run. `progress` gets a line as each step starts and
+    with 1/REPAIR_SHARE of the rest; 6. the exact search on the buffers around the
+    steps that hold the top up (`planner.window`) with 1/WINDOW_SHARE of the rest;
+    7. `search.minimize` (exact search, bisecting capacities towards the bound) with the
+    rest, until its bisection step falls below 1/RESOLUTION of the gap it started with;
+    8. `improve.shake`, the random repair search, with whatever is left. Each share is
+    of the work (and, under a time limit, of the time) left when the step starts. Any
+    step that reaches the lower bound ends the run. `progress` gets a line as each step starts and
     for each smaller arena found. An order whose placement would pass 2**63 bytes is
     dropped; PlanError (naming a buffer) only when every one would."""
     work = Work(default_budget(len(buffers)) if budget is None else budget, time_limit)

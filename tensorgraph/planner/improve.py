@@ -18,7 +18,8 @@ Why live buffers never overlap: the buffers that stay never move, and each re-pl
 buffer is put where it misses every placed buffer it overlaps in time (those that stay
 and those re-placed before it), so every conflicting pair is checked when its second
 buffer is placed, as in `assign.place_in_order`. A step that is not kept restores the
-old offsets. Deterministic: no randomness, and work is counted, not timed.
+old offsets. Deterministic: work is counted, not timed, and `shake`'s random choices come
+from a seeded generator.
 """
 
 from __future__ import annotations

@@ -308,10 +308,12 @@ def construct(
     ceiling: int,
     progress: Callable[[str], None] | None = None,
 ) -> Assignment:
-    """The exact search as a construction heuristic, spending at most up to `ceiling`:
-    probes, each one round (PROBE_NODES / 2 nodes a buffer) of one preordering of
-    CONSTRUCTIONS at one capacity, bisecting capacities between the lower bound and
-    the smallest arena so far (the first probe one byte below it; then passes that split
+    """The exact search as a construction heuristic, spending at most up to `ceiling`
+    (nothing unless one greedy round fits): first a probe of each preordering of
+    AT_BOUND at the lower bound (a fit there is optimal), then probes, each one round
+    (PROBE_NODES / 2 nodes a buffer) of one preordering of CONSTRUCTIONS at one
+    capacity, bisecting capacities between the lower bound and the smallest arena so
+    far (the first probe one byte below it; then passes that split
     the range elsewhere, SPLITS, each time the bisection converges). A round seldom
     backtracks: it builds a packing bottom up, each buffer at the lowest offset an
     unplaced buffer can take, ties by the preordering (a skyline packing), and the
