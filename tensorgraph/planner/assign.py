@@ -70,7 +70,8 @@ ORDERS_SHARE = 2  # after the baselines, more orders get 1/ORDERS_SHARE of the w
 CONSTRUCT_SHARE = 2  # skyline constructions (`search.construct`) CONSTRUCT_SHARE quarters
 IMPROVE_SHARE = 10  # of the rest, reordering 1/IMPROVE_SHARE of the rest,
 REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest, the window search
-WINDOW_SHARE = 2  # (`planner.window`) 1/WINDOW_SHARE of the rest; exact search the rest
+WINDOW_SHARE = 2  # (`planner.window`) 1/WINDOW_SHARE of the rest, `improve.shake`
+SHAKE_SHARE = 2  # 1/SHAKE_SHARE of the rest; exact search the rest
 RESOLUTION = 64  # until its bisection's step is below 1/RESOLUTION of the gap it started
 # with (smaller steps rarely fit on dense sets); `improve.shake` gets whatever is left
 # Work units (about a microsecond each on the reference machine, see planner.search):
@@ -354,9 +355,10 @@ def best(
     of the time) left; 5. the repair search around the arena top (`planner.improve`)
     with 1/REPAIR_SHARE of the rest; 6. the exact search on the buffers around the
     steps that hold the top up (`planner.window`) with 1/WINDOW_SHARE of the rest;
-    7. `search.minimize` (exact search, bisecting capacities towards the bound) with the
+    7. `improve.shake`, the random repair search, with 1/SHAKE_SHARE of the rest;
+    8. `search.minimize` (exact search, bisecting capacities towards the bound) with the
     rest, until its bisection step falls below 1/RESOLUTION of the gap it started with;
-    8. `improve.shake`, the random repair search, with whatever is left. Each share is
+    9. `shake` again with whatever is left. Each share is
     of the work (and, under a time limit, of the time) left when the step starts. Any
     step that reaches the lower bound ends the run. `progress` gets a line as each step starts and
     for each smaller arena found. An order whose placement would pass 2**63 bytes is
@@ -446,6 +448,18 @@ def best(
         ceiling = work.share(1, WINDOW_SHARE)
         say("exact search on the window around the top")
         incumbent = resolve_window(buffers, incumbent, alignment, work, ceiling, say)
+        work.end_share()
+    if incumbent.arena_size > bound and work.afford(1):
+        ceiling = work.share(1, SHAKE_SHARE)
+        say("shaking the packing around its top")
+        incumbent = shake(
+            buffers,
+            incumbent,
+            alignment,
+            lambda units: work.afford(units, ceiling),
+            work.charge,
+            say,
+        )
         work.end_share()
     proven = None
     if incumbent.arena_size > bound and work.afford(1):
