@@ -16,12 +16,15 @@ decision about the others.
 - `greedy_size`: largest first, ties to the longer lifetime, then the earlier start,
   then id order (TensorFlow Lite / ExecuTorch's greedy);
 - `greedy_breadth`: by birth step, largest first within a step;
-- `best`: the three above, more orderings while its work budget lasts, an improvement
-  search that moves the buffers touching the arena top earlier in the order, a repair
-  search that re-places the buffers around the top (`planner.improve`), then, above the
-  lower bound, the exact search of `planner.search`; never worse than the three, and
-  it stops as soon as a plan reaches the lower bound. Its plan carries a certificate
-  (`planner.certificate`): optimal, or the range the optimum lies in.
+- `best`: the three above, more orderings while its work budget lasts, skyline packings
+  built by the exact search's first round (`search.construct`), an improvement search
+  that moves the buffers touching the arena top earlier in the order, a repair search
+  that re-places the buffers around the top (`planner.improve`), then, above the lower
+  bound, the exact search of `planner.search` on the buffers around the top
+  (`planner.window`) and on all of them, and a random repair search (`shake`);
+  never worse than the three, and it stops as soon as a plan reaches the lower bound.
+  Its plan carries a certificate (`planner.certificate`): optimal, or the range the
+  optimum lies in.
 
 `best` is deterministic: its budget counts work units (`planner.search.Work`: a buffer
 placed in a placement pass costs PLACE_UNITS plus a unit per NEAR neighbours its gap
@@ -55,16 +58,22 @@ from tensorgraph.planner.buffers import (
     peak,
 )
 from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, certified
-from tensorgraph.planner.improve import lowest_gap, repair
+from tensorgraph.planner.improve import lowest_gap, repair, shake
 from tensorgraph.planner.interval_index import IntervalIndex, Lifetimes
-from tensorgraph.planner.search import Work, check_limits, default_budget, minimize
+from tensorgraph.planner.search import Work, check_limits, construct, default_budget, minimize
 from tensorgraph.planner.waves import StartOrder, place_in_waves
+from tensorgraph.planner.window import resolve_window
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
 STALL = 8  # rounds without progress before a restart from a perturbed best order
 ORDERS_SHARE = 2  # after the baselines, more orders get 1/ORDERS_SHARE of the work left,
-IMPROVE_SHARE = 10  # reordering 1/IMPROVE_SHARE of the rest,
-REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest; exact search the rest
+CONSTRUCT_SHARE = 2  # skyline constructions (`search.construct`) CONSTRUCT_SHARE quarters
+IMPROVE_SHARE = 10  # of the rest, reordering 1/IMPROVE_SHARE of the rest,
+REPAIR_SHARE = 2  # then the repair search 1/REPAIR_SHARE of the rest, the window search
+WINDOW_SHARE = 2  # (`planner.window`) 1/WINDOW_SHARE of the rest, `improve.shake`
+SHAKE_SHARE = 2  # 1/SHAKE_SHARE of the rest; exact search the rest
+RESOLUTION = 64  # until its bisection's step is below 1/RESOLUTION of the gap it started
+# with (smaller steps rarely fit on dense sets); `improve.shake` gets whatever is left
 # Work units (about a microsecond each on the reference machine, see planner.search):
 PLACE_UNITS = 8  # per buffer a placement pass places (interval index query, bookkeeping)
 NEAR = 2  # plus one per NEAR placed neighbours its gap search sorts and scans
@@ -339,11 +348,19 @@ def best(
     Steps: 1. naive, greedy_size and greedy_breadth always run (so `best` is never worse
     than them, whatever the budget); 2. more orderings with 1/ORDERS_SHARE of the work
     left (a pass starts when the last pass's cost is left, and is dropped if the budget
-    runs out within it); 3. iterated reordering with 1/IMPROVE_SHARE of the work (and,
-    under a time limit, of the time) left; 4. the repair search around the arena top
-    (`planner.improve`) with 1/REPAIR_SHARE of the rest; 5. `search.minimize` (exact
-    search, bisecting capacities towards the bound) with the rest. Any step that
-    reaches the lower bound ends the run. `progress` gets a line as each step starts and
+    runs out within it); 3. skyline constructions (`search.construct`: the exact search
+    cut to one short round per capacity, capacities bisected) with CONSTRUCT_SHARE
+    quarters of the work left; 4. when no construction beat the best order, iterated
+    reordering of that order with 1/IMPROVE_SHARE of the work (and, under a time limit,
+    of the time) left; 5. the repair search around the arena top (`planner.improve`)
+    with 1/REPAIR_SHARE of the rest; 6. the exact search on the buffers around the
+    steps that hold the top up (`planner.window`) with 1/WINDOW_SHARE of the rest;
+    7. `improve.shake`, the random repair search, with 1/SHAKE_SHARE of the rest;
+    8. `search.minimize` (exact search, bisecting capacities towards the bound) with the
+    rest, until its bisection step falls below 1/RESOLUTION of the gap it started with;
+    9. `shake` again with whatever is left. Each share is
+    of the work (and, under a time limit, of the time) left when the step starts. Any
+    step that reaches the lower bound ends the run. `progress` gets a line as each step starts and
     for each smaller arena found. An order whose placement would pass 2**63 bytes is
     dropped; PlanError (naming a buffer) only when every one would."""
     work = Work(default_budget(len(buffers)) if budget is None else budget, time_limit)
@@ -399,8 +416,17 @@ def best(
                 return done(plan)
     if incumbent is None:
         raise overflow
+    ordered = incumbent
+    if incumbent.arena_size > bound and work.afford(1):
+        ceiling = work.share(CONSTRUCT_SHARE, 4)
+        say("skyline constructions")
+        incumbent = construct(buffers, alignment, incumbent, work, ceiling, say)
+        work.end_share()
+        if incumbent.arena_size <= bound:
+            return done(incumbent)
     ceiling = work.share(1, IMPROVE_SHARE)
-    if best_order is not None and work.afford(cost, ceiling):
+    # Reordering improves the best order's packing: no use once a construction beat it.
+    if best_order is not None and incumbent is ordered and work.afford(cost, ceiling):
         say("reordering the buffers at the arena top")
         incumbent = _improve(
             buffers, best_order, incumbent, alignment, bound, columns, work, ceiling, say
@@ -419,10 +445,31 @@ def best(
         )
         work.end_share()
     if incumbent.arena_size > bound and work.afford(1):
+        ceiling = work.share(1, WINDOW_SHARE)
+        say("exact search on the window around the top")
+        incumbent = resolve_window(buffers, incumbent, alignment, work, ceiling, say)
+        work.end_share()
+    if incumbent.arena_size > bound and work.afford(1):
+        ceiling = work.share(1, SHAKE_SHARE)
+        say("shaking the packing around its top")
+        incumbent = shake(
+            buffers,
+            incumbent,
+            alignment,
+            lambda units: work.afford(units, ceiling),
+            work.charge,
+            say,
+        )
+        work.end_share()
+    proven = None
+    if incumbent.arena_size > bound and work.afford(1):
         say("exact search")
-        minimal = minimize(buffers, alignment, incumbent, work, say)
-        return done(minimal, minimal.proven_infeasible)
-    return done(incumbent)
+        minimal = minimize(buffers, alignment, incumbent, work, say, 1, RESOLUTION)
+        incumbent, proven = minimal, minimal.proven_infeasible
+    if incumbent.arena_size > bound and work.afford(1):
+        say("shaking the packing around its top")
+        incumbent = shake(buffers, incumbent, alignment, work.afford, work.charge, say)
+    return done(incumbent, proven)
 
 
 def _improve(

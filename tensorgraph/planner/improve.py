@@ -1,5 +1,7 @@
-"""Local repair of a packing around its top: a large-neighbourhood search that scales to
+"""Local repair of a packing around its top: large-neighbourhood searches that scale to
 thousands of buffers, because each step re-places a few dozen buffers, not all of them.
+`repair` tries fixed neighbourhoods until each culprit has failed at its widest; `shake`
+then draws random ones (seeded) while its work lasts.
 
 A step takes a *culprit* (a buffer that ends at the arena top) and a *band*: the
 culprit and every buffer that overlaps it in time and ends above `top - band`. It lifts
@@ -16,7 +18,8 @@ Why live buffers never overlap: the buffers that stay never move, and each re-pl
 buffer is put where it misses every placed buffer it overlaps in time (those that stay
 and those re-placed before it), so every conflicting pair is checked when its second
 buffer is placed, as in `assign.place_in_order`. A step that is not kept restores the
-old offsets. Deterministic: no randomness, and work is counted, not timed.
+old offsets. Deterministic: work is counted, not timed, and `shake`'s random choices come
+from a seeded generator.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ SCAN = 128  # buffers of its vectorised neighbour scan (those around the band);
 STEP_UNITS = 40  # per step (finding the band), plus three units per SCAN buffers
 SHUFFLES = 2  # seeded random orders tried per step, after the three fixed ones
 RINGS = 2  # times a stuck culprit's time window widens to its neighbours' lifetimes
+BAND_MIN = 20  # `shake`: a band move lifts the buffers above top - top * f, f >= 1/BAND_MIN
+SWAPS = 10  # its largest-first orders get one random swap per SWAPS buffers
+NUDGE = 3  # its by-offset orders get one or two swaps of buffers up to NUDGE places apart
 
 
 def repair(
@@ -108,6 +114,139 @@ def repair(
                 tried.add(c)
                 break
     return _result(buffers, offset, plan, improved)
+
+
+def shake(
+    buffers: Sequence[Buffer],
+    plan: Assignment,
+    alignment: int,
+    afford: Callable[[int], bool],
+    charge: Callable[[int], None],
+    say: Callable[[str], None] | None = None,
+) -> Assignment:
+    """A packing no worse than `plan` (a valid aligned packing of `buffers`), found by
+    random repair steps (seeded: the same arguments give the same packing) while
+    `afford(units)` allows; each step's cost goes to `charge`. Returns `plan` itself
+    unless the arena came down.
+
+    Each step takes a culprit at random among the buffers that end at the top, and
+    makes one of three moves, a third of the time each:
+
+    - band: lift every buffer that overlaps the culprit's lifetime (widened on each side
+      by up to a mean lifetime) and ends above `top - f * top` (f drawn from
+      [1/BAND_MIN, 1)), and place them again, largest first with a few random swaps or
+      in a random order;
+    - nudge: the same band, placed again by offset with one or two near pairs swapped;
+    - drop: put the culprit at a lower offset where it rests on a neighbour in time (or
+      at 0), lift the neighbours whose bytes it now meets, and place them again, largest
+      first or in a random order (an ejection: the move `repair` cannot make, since it
+      never moves a buffer that stays below the band).
+
+    A step is kept when the arena is no higher and no more buffers end at its top (so
+    the search walks across plateaus of equal arenas), and undone otherwise. Why live
+    buffers never overlap: as in `repair`, every re-placed buffer misses every placed
+    buffer it overlaps in time, and a dropped culprit misses every buffer that stays
+    (those it would meet are lifted)."""
+    n = len(buffers)
+    if n < 2:
+        return plan
+    size = np.fromiter((b.size for b in buffers), np.int64, n)
+    start = np.fromiter((b.start for b in buffers), np.int64, n)
+    end = np.fromiter((b.end for b in buffers), np.int64, n)
+    offset = np.fromiter((plan.offsets[b.id] for b in buffers), np.int64, n)
+    if int((offset + size).max()) != plan.arena_size or 2 * int(size.sum()) >= INT64_END:
+        return plan  # not a packing of these buffers, or sums that int64 could not hold
+    rng = np.random.default_rng(0)
+    span = max(1, int((end - start).sum()) // n)  # the mean lifetime, in steps
+    step_units = STEP_UNITS + 3 * n // SCAN
+    high = offset + size
+    top, count = int(high.max()), int((high == high.max()).sum())
+    first = top
+    while afford(step_units):
+        charge(step_units)
+        culprits = np.flatnonzero(high == top)
+        c = int(culprits[rng.integers(len(culprits))])
+        to, move = None, int(rng.integers(3))
+        if move == 0:
+            chosen, to, sequence = _drop(c, rng, offset, size, start, end, top, alignment)
+        if to is None:  # a band move (also when the culprit has nowhere to drop to)
+            low = int(start[c]) - int(rng.integers(span + 1))
+            up = int(end[c]) + int(rng.integers(span + 1))
+            floor = top - max(1, int(top * rng.uniform(1 / BAND_MIN, 1.0)))  # c is above
+            chosen = np.flatnonzero((start < up) & (low < end) & (high > floor))
+            sequence = _nudged(chosen, rng, offset) if move == 2 else _shuffled(chosen, rng, size)
+        saved = offset[chosen].copy()
+        if to is not None:
+            offset[c] = to
+        around = np.flatnonzero((start < end[chosen].max()) & (start[chosen].min() < end))
+        cost = len(sequence) * (PLACE_UNITS + len(around) // SCAN)
+        if not afford(cost):
+            offset[chosen] = saved
+            break
+        charge(cost)
+        _replace(sequence, around, offset, size, start, end, alignment)
+        new_high = offset + size
+        new_top = int(new_high.max())
+        new_count = int((new_high == new_top).sum())
+        if new_top < top or (new_top == top and new_count <= count):
+            if new_top < top and say is not None:
+                say(f"shake: arena {new_top:,} B")
+            high, top, count = new_high, new_top, new_count
+        else:
+            offset[chosen] = saved
+    return _result(buffers, offset, plan, top < first)
+
+
+def _shuffled(chosen: np.ndarray, rng: np.random.Generator, size: np.ndarray) -> list:
+    """`chosen` largest first with one random swap per SWAPS buffers, or in a random
+    order (half the time each)."""
+    if len(chosen) < 2 or rng.random() < 0.5:
+        return rng.permutation(chosen).tolist()
+    sequence = chosen[np.lexsort((chosen, -size[chosen]))]
+    for _ in range(max(1, len(sequence) // SWAPS)):
+        i, j = rng.integers(len(sequence), size=2)
+        sequence[[i, j]] = sequence[[j, i]]
+    return sequence.tolist()
+
+
+def _nudged(chosen: np.ndarray, rng: np.random.Generator, offset: np.ndarray) -> list:
+    """`chosen` by offset (the order that places them again where they are, or lower)
+    with one or two pairs up to NUDGE places apart swapped: a small step away from the
+    packing, where a shuffle would lose its structure (skyline packings come back to
+    within a fraction of a percent this way, and no shuffle does)."""
+    sequence = chosen[np.lexsort((chosen, offset[chosen]))]
+    for _ in range(int(rng.integers(1, 3))):
+        i = int(rng.integers(len(sequence)))
+        j = min(len(sequence) - 1, i + int(rng.integers(1, NUDGE + 1)))
+        sequence[[i, j]] = sequence[[j, i]]
+    return sequence.tolist()
+
+
+def _drop(
+    c: int,
+    rng: np.random.Generator,
+    offset: np.ndarray,
+    size: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    top: int,
+    alignment: int,
+) -> tuple[np.ndarray, int | None, list]:
+    """A random aligned offset for `c` where it rests on a neighbour in time (or at 0)
+    and ends below `top` (None when there is none), the buffers whose offsets the drop
+    may change (`c` and the neighbours whose bytes it would meet there, sorted), and the
+    order to place those neighbours in again. Moves nothing."""
+    near = np.flatnonzero((start < end[c]) & (start[c] < end))
+    near = near[near != c]
+    rests = -(-(offset[near] + size[near]) // alignment) * alignment
+    places = np.unique(np.concatenate([[0], rests]))
+    places = places[places + size[c] < top]
+    if not len(places):
+        return near, None, []
+    to = int(places[rng.integers(len(places))])
+    met = near[(offset[near] < to + size[c]) & (to < offset[near] + size[near])]
+    chosen = np.sort(np.concatenate([[c], met]))
+    return chosen, to, _shuffled(met, rng, size) if len(met) else []
 
 
 def _result(

@@ -18,6 +18,7 @@ says so (`cut_short`).
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,12 +27,29 @@ from attrs import frozen
 
 from tensorgraph.errors import PlanError
 from tensorgraph.planner.buffers import INT64_END, Assignment, Buffer, align_up, lower_bound
-from tensorgraph.planner.canonical import KEYS, Abort, Problem, setup_units
+from tensorgraph.planner.canonical import (
+    KEYS,
+    NODE_UNITS,
+    PLACE_UNITS,
+    SCAN,
+    Abort,
+    Problem,
+    setup_units,
+)
 from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound, certified
 
 # Preorderings (letters of planner.canonical.KEYS, most significant first): MiniMalloc's
 # three (its default), TAW first: it settles the slowest instance, B, where it alone fits.
 HEURISTICS = ("TAW", "TWA", "WAT")
+# Preorderings `construct` builds a packing with: the skyline packings of dense random
+# sets (`planner.synthetic.random_buffers`) come out best under one of these (measured).
+CONSTRUCTIONS = ("TZA", "TZ", "TSA", "TAW")
+AT_BOUND = ("WAT",)  # and at the bound, first (MiniMalloc's width-first key)
+PROBE_NODES = 3  # halves of the buffer count: a probe's node limit (a little backtracking)
+# Where `construct` probes between its low end and the best arena, in 1/SPLIT_SCALE: a
+# bisection first, then, each time it converges, a pass that samples other capacities.
+SPLIT_SCALE = 16
+SPLITS = (8, 4, 12, 6, 10, 3, 13)
 FIRST_SHARE = 2  # quarters of its work `minimize` spends on its first try, at the bound
 
 
@@ -198,9 +216,14 @@ def decide(
     problem: Problem | None = None,
     progress: Callable[[str], None] | None = None,
     heuristics: Sequence[str] = HEURISTICS,
+    rounds: int | None = None,
+    first_limit: int | None = None,
 ) -> SearchResult:
     """`search_offsets` on a shared `Work`, spending at most up to `ceiling`; `problem`
-    (built for the same buffers and alignment) saves rebuilding the section tables."""
+    (built for the same buffers and alignment) saves rebuilding the section tables.
+    The round-robin's node limit starts at `first_limit` (None: twice the buffer count)
+    and doubles every round; `rounds` (None: no limit) caps the rounds, past which the
+    search gives up, not settled."""
     if not buffers:
         return SearchResult({}, False)
     if any(align_up(b.size, alignment) > capacity for b in buffers if b.size):
@@ -215,7 +238,7 @@ def decide(
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 4 * len(buffers) + 1000))
     try:
-        return _round_robin(problem, work, ceiling, progress, heuristics)
+        return _round_robin(problem, work, ceiling, progress, heuristics, rounds, first_limit)
     finally:
         sys.setrecursionlimit(limit)
 
@@ -241,9 +264,11 @@ def _round_robin(
     ceiling: int | None,
     progress: Callable[[str], None] | None,
     heuristics: Sequence[str],
+    rounds: int | None = None,
+    first_limit: int | None = None,
 ) -> SearchResult:
-    node_limit = len(problem.buffers)
-    while True:
+    node_limit = len(problem.buffers) if first_limit is None else first_limit // 2
+    for _ in itertools.count() if rounds is None else range(rounds):
         node_limit *= 2
         for heuristic in heuristics:
             if not work.afford(problem.reset_units, ceiling):
@@ -272,6 +297,87 @@ def _round_robin(
                 b.id: problem.offset[i] if b.size else 0 for i, b in enumerate(problem.buffers)
             }
             return SearchResult(offsets, False)
+    return SearchResult(None, False)
+
+
+def construct(
+    buffers: Sequence[Buffer],
+    alignment: int,
+    incumbent: Assignment,
+    work: Work,
+    ceiling: int,
+    progress: Callable[[str], None] | None = None,
+) -> Assignment:
+    """The exact search as a construction heuristic, spending at most up to `ceiling`
+    (nothing unless one greedy round fits): first a probe of each preordering of
+    AT_BOUND at the lower bound (a fit there is optimal), then probes, each one round
+    (PROBE_NODES / 2 nodes a buffer) of one preordering of CONSTRUCTIONS at one
+    capacity, bisecting capacities between the lower bound and the smallest arena so
+    far (the first probe one byte below it; then passes that split
+    the range elsewhere, SPLITS, each time the bisection converges). A round seldom
+    backtracks: it builds a packing bottom up, each buffer at the lowest offset an
+    unplaced buffer can take, ties by the preordering (a skyline packing), and the
+    capacity steers it, because section inference rules out any buffer whose
+    placement would leave a section's unplaced bytes no room below the capacity. A
+    capacity where every preordering fails raises the low end (it is not proven
+    infeasible: only this round gave up). Returns the smallest packing found
+    (`incumbent` itself if none is smaller); it is a packing because the search's
+    solutions are (see `planner.canonical`)."""
+    best = incumbent
+    low = lower_bound(buffers, alignment) if buffers else 0
+    if best.arena_size <= low:
+        return best
+    # Unless a greedy round (a node and a placement a buffer) fits, the work is better
+    # left to the next steps: a round cut short builds nothing.
+    n = len(buffers)
+    if not work.afford(setup_units(buffers) + n * (NODE_UNITS + PLACE_UNITS + n // SCAN), ceiling):
+        return best
+    problem = _problem(buffers, alignment, work, ceiling)
+    capacity, bottom = best.arena_size - 1, low
+    limit = max(1, PROBE_NODES * len(buffers) // 2)
+    for heuristic in AT_BOUND if problem is not None else ():
+        if not work.afford(problem.reset_units, ceiling):
+            return best
+        found = decide(
+            buffers, low, alignment, work, ceiling, problem, None, (heuristic,), 1, limit
+        )
+        if found.offsets is not None:
+            if progress is not None:
+                progress(f"construction {heuristic} at the bound {low:,}")
+            return Assignment(found.offsets, max(found.offsets[b.id] + b.size for b in buffers))
+    for split in itertools.cycle(SPLITS) if problem is not None else ():
+        while low <= capacity < best.arena_size:
+            for heuristic in CONSTRUCTIONS:
+                if not work.afford(problem.reset_units, ceiling):
+                    return best
+                found = decide(
+                    buffers,
+                    capacity,
+                    alignment,
+                    work,
+                    ceiling,
+                    problem,
+                    None,
+                    (heuristic,),
+                    1,
+                    limit,
+                )
+                if found.offsets is not None:
+                    top = max(found.offsets[b.id] + b.size for b in buffers)
+                    if top < best.arena_size:
+                        best = Assignment(found.offsets, top)
+                        if progress is not None:
+                            progress(f"construction {heuristic} at {capacity:,}: arena {top:,} B")
+                    break
+            else:
+                low = capacity + 1
+            capacity = low + (best.arena_size - low) * split // SPLIT_SCALE
+        # Converged: the capacities a round gave up on may still fit; sample others.
+        if best.arena_size <= bottom:
+            break
+        low = bottom
+        capacity = low + (best.arena_size - low) * split // SPLIT_SCALE
+    return best
 
 
 def minimize_arena(
@@ -306,13 +412,19 @@ def minimize(
     incumbent: Assignment,
     work: Work,
     progress: Callable[[str], None] | None = None,
+    first_share: int = FIRST_SHARE,
+    resolution: int = 0,
 ) -> CertifiedAssignment:
-    """`minimize_arena` on a shared `Work`.
+    """`minimize_arena` on a shared `Work`. `first_share` quarters of the work left go to
+    the first try; with `resolution` > 0 the bisection stops once its capacities are
+    within 1/`resolution` of the starting gap (incumbent minus bound) of the best
+    packing, leaving the rest of the work to the caller.
 
-    First a try at the lower bound with FIRST_SHARE quarters of the work left (success
+    First a try at the lower bound with `first_share` quarters of the work left (success
     there is optimal, and most real instances have a packing there; half, not more, so
     that an instance whose optimum is above the bound, as MiniMalloc's D, keeps enough
-    for the bisection to reach its capacity), then bisection between
+    for the bisection to reach its capacity; `best` gives it one quarter, as on dense
+    sets far above the bound that try rarely settles), then bisection between
     the largest capacity given up on and the best packing so far, each attempt with a
     quarter of the work left: a capacity the search cannot settle in its share counts as
     too tight, so the bisection keeps moving and every attempt that succeeds shrinks the
@@ -339,9 +451,11 @@ def minimize(
     if problem is None:
         return answer()
     first = True
-    while low < best.arena_size and work.afford(problem.reset_units):
+    slack = (best.arena_size - low) // resolution if resolution else 0
+    while low < best.arena_size - slack and work.afford(problem.reset_units):
         capacity = low if first else (low + best.arena_size) // 2
-        ceiling = max(work.share(FIRST_SHARE if first else 1, 4), work.spent + problem.reset_units)
+        share = first_share if first else 1
+        ceiling = max(work.share(share, 4), work.spent + problem.reset_units)
         first = False
         result = decide(buffers, capacity, alignment, work, ceiling, problem)
         work.end_share()
