@@ -109,8 +109,8 @@ def test_the_allowance_abandons_exactly_the_passes_that_cost_more() -> None:
     buffers = [Buffer(i, 8, 0, 4) for i in range(3)]
     cost = 3 * PLACE_UNITS + 3 // NEAR
     assert place_in_order(buffers, [0, 1, 2], 1).work == cost
-    assert assign._place(buffers, [0, 1, 2], 1, None, cost) is not None
-    assert assign._place(buffers, [0, 1, 2], 1, None, cost - 1) is None
+    assert assign.place_within(buffers, [0, 1, 2], 1, None, cost) is not None
+    assert assign.place_within(buffers, [0, 1, 2], 1, None, cost - 1) is None
 
 
 def test_conflicts_are_half_open_pairs_counted_once() -> None:
