@@ -16,6 +16,17 @@ against hand-written + mx.compile.
 Configs: small (2, 512, 128, 1; benches/bench_mlx_llama.py's), medium (4, 2048, 512, 1),
 large (2, 4096, 1024, 4; several GiB: a GPU machine's), dispatch (8, 64, 64, 1: per-op
 overhead dominates). Default: all four on a GPU, small and dispatch on a CPU.
+
+Imported models (`--imported resnet50,gpt2`, the default; `--imported ""` skips them):
+models of the real-model suite (tests/models_suite/catalog.py, random weights, needs
+the `models` extra) imported with `tg.from_torch`. No hand-written MLX exists for
+them, so the contenders are tensorgraph's default mode, tensorgraph compiled, and the
+same module in torch eager (on CUDA when MLX runs on the GPU and torch sees one,
+else on the CPU), as an outside reference for time; torch's peak is its CUDA
+allocator's, and "-" on the CPU. Full sizes (images 224, 128 tokens) on a GPU; the
+suite's CI sizes on a CPU unless `--full`.
+
+    python benches/bench_mlx_gpu.py --configs "" --imported resnet50,gpt2 --full
 """
 
 from __future__ import annotations
@@ -117,10 +128,12 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "gpu"), default=None)
     parser.add_argument("--configs", default=None, help=f"comma-separated: {', '.join(CONFIGS)}")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--imported", default="resnet50,gpt2", help="suite models, comma-separated")
+    parser.add_argument("--full", action="store_true", help="imported models at full size")
     args = parser.parse_args()
     device = args.device or ("gpu" if mx.default_device() == mx.gpu else "cpu")
     mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
-    names = args.configs.split(",") if args.configs else None
+    names = [n for n in args.configs.split(",") if n] if args.configs is not None else None
     if names is None:
         names = list(CONFIGS) if device == "gpu" else list(CPU_DEFAULT)
     unknown = [n for n in names if n not in CONFIGS]
@@ -129,6 +142,12 @@ def main() -> None:
     print(f"MLX {mx.__version__} on {mx.default_device()}; BLAS: {blas_info()}; min of {args.runs}")
     for name in names:
         bench_config(name, CONFIGS[name], device, args.runs)
+    imported = [n for n in args.imported.split(",") if n]
+    if imported:
+        from bench_mlx_imported import bench_imported  # torch: only when asked for
+
+        for name in imported:
+            bench_imported(name, device, args.runs, args.full or device == "gpu")
 
 
 if __name__ == "__main__":
