@@ -221,7 +221,7 @@ def main() -> None:
     parser.add_argument("--config", choices=tuple(CONFIGS), default="default")
     parser.add_argument("--prompt-len", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--figures", type=Path, default=None, help="append the figures here")
     parser.add_argument("--memory-of", choices=CONTENDERS, default=None, help=argparse.SUPPRESS)
