@@ -41,6 +41,32 @@ SWAPS = 10  # its largest-first orders get one random swap per SWAPS buffers
 NUDGE = 3  # its by-offset orders get one or two swaps of buffers up to NUDGE places apart
 
 
+def intervals(buffers: Sequence[Buffer]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(size, start, end) of `buffers` as int64 arrays in their order, or None when sums
+    of their sizes could overflow int64 (the vectorised searches then leave the packing
+    as it is)."""
+    n = len(buffers)
+    size = np.fromiter((b.size for b in buffers), np.int64, n)
+    if 2 * sum(b.size for b in buffers) >= INT64_END:
+        return None
+    start = np.fromiter((b.start for b in buffers), np.int64, n)
+    end = np.fromiter((b.end for b in buffers), np.int64, n)
+    return size, start, end
+
+
+def packing_columns(buffers: Sequence[Buffer], plan: Assignment) -> tuple[np.ndarray, ...] | None:
+    """`intervals(buffers)` and the plan's offsets (int64, same order), or None when
+    `intervals` is, or when `plan`'s arena is not the top of these buffers' packing."""
+    columns = intervals(buffers)
+    if columns is None:
+        return None
+    size = columns[0]
+    offset = np.fromiter((plan.offsets[b.id] for b in buffers), np.int64, len(buffers))
+    if int((offset + size).max()) != plan.arena_size:
+        return None
+    return (*columns, offset)
+
+
 def repair(
     buffers: Sequence[Buffer],
     plan: Assignment,
@@ -55,12 +81,10 @@ def repair(
     n = len(buffers)
     if n < 2:
         return plan
-    size = np.fromiter((b.size for b in buffers), np.int64, n)
-    start = np.fromiter((b.start for b in buffers), np.int64, n)
-    end = np.fromiter((b.end for b in buffers), np.int64, n)
-    offset = np.fromiter((plan.offsets[b.id] for b in buffers), np.int64, n)
-    if int((offset + size).max()) != plan.arena_size or 2 * int(size.sum()) >= INT64_END:
-        return plan  # not a packing of these buffers, or sums that int64 could not hold
+    columns = packing_columns(buffers, plan)
+    if columns is None:
+        return plan
+    size, start, end, offset = columns
     orders = (_culprit_first, _largest_first, _earliest_first)
     rng = np.random.default_rng(0)  # seeded: the shuffled orders repeat run to run
     improved = False
@@ -150,12 +174,10 @@ def shake(
     n = len(buffers)
     if n < 2:
         return plan
-    size = np.fromiter((b.size for b in buffers), np.int64, n)
-    start = np.fromiter((b.start for b in buffers), np.int64, n)
-    end = np.fromiter((b.end for b in buffers), np.int64, n)
-    offset = np.fromiter((plan.offsets[b.id] for b in buffers), np.int64, n)
-    if int((offset + size).max()) != plan.arena_size or 2 * int(size.sum()) >= INT64_END:
-        return plan  # not a packing of these buffers, or sums that int64 could not hold
+    columns = packing_columns(buffers, plan)
+    if columns is None:
+        return plan
+    size, start, end, offset = columns
     rng = np.random.default_rng(0)
     span = max(1, int((end - start).sum()) // n)  # the mean lifetime, in steps
     step_units = STEP_UNITS + 3 * n // SCAN

@@ -152,35 +152,28 @@ def best(
             buffers, best_order, incumbent, alignment, bound, columns, work, ceiling, say
         )
     work.end_share()
-    if incumbent.arena_size > bound and work.afford(1):
-        ceiling = work.share(1, REPAIR_SHARE)
-        say("repairing the packing around its top")
-        incumbent = repair(
-            buffers,
-            incumbent,
-            alignment,
-            lambda units: work.afford(units, ceiling),
-            work.charge,
-            say,
-        )
-        work.end_share()
-    if incumbent.arena_size > bound and work.afford(1):
-        ceiling = work.share(1, WINDOW_SHARE)
-        say("exact search on the window around the top")
-        incumbent = resolve_window(buffers, incumbent, alignment, work, ceiling, say)
-        work.end_share()
-    if incumbent.arena_size > bound and work.afford(1):
-        ceiling = work.share(1, SHAKE_SHARE)
-        say("shaking the packing around its top")
-        incumbent = shake(
-            buffers,
-            incumbent,
-            alignment,
-            lambda units: work.afford(units, ceiling),
-            work.charge,
-            say,
-        )
-        work.end_share()
+
+    def by_allowance(step):  # repair and shake take afford/charge callbacks
+        def run(incumbent: Assignment, ceiling: int) -> Assignment:
+            afford = lambda units: work.afford(units, ceiling)  # noqa: E731
+            return step(buffers, incumbent, alignment, afford, work.charge, say)
+
+        return run
+
+    def window(incumbent: Assignment, ceiling: int) -> Assignment:
+        return resolve_window(buffers, incumbent, alignment, work, ceiling, say)
+
+    stages = (
+        (REPAIR_SHARE, "repairing the packing around its top", by_allowance(repair)),
+        (WINDOW_SHARE, "exact search on the window around the top", window),
+        (SHAKE_SHARE, "shaking the packing around its top", by_allowance(shake)),
+    )
+    for share, label, stage in stages:
+        if incumbent.arena_size > bound and work.afford(1):
+            ceiling = work.share(1, share)
+            say(label)
+            incumbent = stage(incumbent, ceiling)
+            work.end_share()
     proven = None
     if incumbent.arena_size > bound and work.afford(1):
         say("exact search")

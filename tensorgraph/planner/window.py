@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tensorgraph.planner.buffers import INT64_END, Assignment, Buffer
-from tensorgraph.planner.improve import SCAN, _replace, shake
+from tensorgraph.planner.buffers import Assignment, Buffer
+from tensorgraph.planner.improve import SCAN, _replace, intervals, shake
 from tensorgraph.planner.search import Work, minimize
 
 MARGINS = (2, 1, 3)  # mean lifetimes added on each side of the top steps, in turn
@@ -49,11 +49,10 @@ def resolve_window(
     n = len(buffers)
     if n < 2:
         return plan
-    size = np.fromiter((b.size for b in buffers), np.int64, n)
-    start = np.fromiter((b.start for b in buffers), np.int64, n)
-    end = np.fromiter((b.end for b in buffers), np.int64, n)
-    if 2 * int(size.sum()) >= INT64_END:
-        return plan  # sums that int64 could not hold
+    columns = intervals(buffers)
+    if columns is None:
+        return plan
+    size, start, end = columns
     span = max(1, int((end - start).sum()) // n)  # the mean lifetime, in steps
     best = plan
     for k, margin in enumerate(MARGINS):
