@@ -5,8 +5,11 @@ otherwise): its greedy portfolio `omni` and its tabu search (3 s each by its def
 
 `best` runs with its default budget (`--budget default`) or --budget work units; the
 arenas are the same on every run and machine, only the seconds vary. `--others` also
-runs the comparison allocators (omnimalloc 1.0.0 installs from PyPI; MiniMalloc's
-Python package only from its git repository, so it is reported when importable).
+runs the comparison allocators: omnimalloc 1.0.0 (installs from PyPI) and Google's
+MiniMalloc C++ solver when its binary is found ($MINIMALLOC_BIN or `minimalloc` on the
+PATH; how to build it offline: benches/minimalloc_cli.py), minimised by bisecting its
+capacity within --minimalloc-seconds per instance (4 s: more than `best` takes at
+5M units; 20 s gave the same arenas).
 
     python benches/bench_random_instances.py [--budget default] [--count 20] [--others]
 """
@@ -17,10 +20,10 @@ import argparse
 import importlib.util
 import time
 
+from minimalloc_cli import DEFAULT_BINARY, minimalloc_arena
+
 from tensorgraph.planner import assign_offsets, lower_bound, verify_assignment
 from tensorgraph.planner.synthetic import random_buffers
-
-OTHERS = ("minimalloc", "omnimalloc")
 
 
 def omnimalloc_arenas(buffers: list) -> list[tuple[str, int, float]]:
@@ -49,12 +52,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--budget", type=budget, default=None, help="units or 'default'")
     parser.add_argument("--count", type=int, default=20)
-    parser.add_argument("--others", action="store_true", help="run omnimalloc too")
+    parser.add_argument("--others", action="store_true", help="run omnimalloc and MiniMalloc")
+    parser.add_argument("--minimalloc-seconds", type=float, default=4.0)
     args = parser.parse_args()
-    found = {name: importlib.util.find_spec(name) is not None for name in OTHERS}
-    for name in OTHERS:
-        print(f"{name}: {'installed' if found[name] else 'not installed'}")
-    others = args.others and found["omnimalloc"]
+    omni = importlib.util.find_spec("omnimalloc") is not None
+    print(f"omnimalloc: {'installed' if omni else 'not installed'}")
+    print(f"minimalloc: {DEFAULT_BINARY or 'no binary (see benches/minimalloc_cli.py)'}")
+    others = args.others and (omni or DEFAULT_BINARY is not None)
     print(
         f"{'n':>5} {'seed':>4} {'bound':>11} {'greedy/LB':>9} {'best/LB':>8} {'best s':>7} "
         f"{'work':>9}  certificate"
@@ -72,7 +76,10 @@ def main() -> None:
         better += plan.arena_size < greedy.arena_size
         extra = ""
         if others:
-            rows = omnimalloc_arenas(buffers)
+            rows = omnimalloc_arenas(buffers) if omni else []
+            if DEFAULT_BINARY is not None:
+                top, spent = minimalloc_arena(buffers, args.minimalloc_seconds, DEFAULT_BINARY)
+                rows.append(("minimalloc", top, spent))
             extra = "  " + " ".join(f"{a}/LB {top / bound:.4f} ({s:.1f}s)" for a, top, s in rows)
             wins += plan.arena_size <= min(top for _, top, _ in rows)
         print(
@@ -83,7 +90,7 @@ def main() -> None:
         )
     print(f"best below greedy_size on {better} of {args.count}")
     if others:
-        print(f"best <= every omnimalloc allocator on {wins} of {args.count}")
+        print(f"best <= every other allocator run on {wins} of {args.count}")
 
 
 if __name__ == "__main__":
