@@ -59,7 +59,7 @@ class Context:
     @property
     def out_shape(self) -> tuple[int, ...]:
         meta = self.meta if isinstance(self.meta, torch.Tensor) else self.meta[0]
-        return tuple(int(d) for d in meta.shape)
+        return static_shape(meta)
 
     @property
     def out_dtype(self) -> tg.DType:
@@ -83,6 +83,24 @@ class Context:
             values.append(arg.meta["val"] if isinstance(arg, torch.fx.Node) else arg)
         dtype = values[0].dtype if len(values) == 1 else torch.result_type(*values)
         return to_dtype(dtype)
+
+
+def dynamic_dims(meta: torch.Tensor) -> bool:
+    """True when a dimension of torch's value `meta` is symbolic: a dynamic input
+    dimension, or one that depends on the data (nonzero, a boolean mask index)."""
+    return not all(isinstance(d, int) for d in meta.shape)
+
+
+def static_shape(meta: torch.Tensor) -> tuple[int, ...]:
+    """`meta`'s shape as ints; Unsupported naming it when a dimension is symbolic
+    (tensorgraph plans every buffer at a size known at compile time)."""
+    if dynamic_dims(meta):
+        raise Unsupported(
+            f"shape {tuple(meta.shape)} is dynamic or depends on the data; tensorgraph "
+            "plans static shapes (export with static example inputs, avoid nonzero and "
+            "boolean-mask indexing)"
+        )
+    return tuple(meta.shape)
 
 
 def op_name(target: object) -> str:

@@ -58,8 +58,10 @@ from tensorgraph.importers.aten import (
     Context,
     Handler,
     Unsupported,
+    dynamic_dims,
     handles,
     op_name,
+    static_shape,
     to_dtype,
 )
 
@@ -178,7 +180,10 @@ class _Importer:
             if meta.dtype not in DTYPES:
                 values[node.name] = self.fail(node, f"{spec.kind.name.lower()} of {meta.dtype}")
                 continue
-            shape, dtype = tuple(int(d) for d in meta.shape), to_dtype(meta.dtype)
+            if dynamic_dims(meta):
+                values[node.name] = self.fail(node, f"{spec.kind.name.lower()}: {_dynamic(meta)}")
+                continue
+            shape, dtype = static_shape(meta), to_dtype(meta.dtype)
             if spec.kind.name == "USER_INPUT":
                 values[node.name] = self.graph.input(node.name, shape, dtype)
             elif spec.target in mutated:
@@ -217,7 +222,7 @@ class _Importer:
         meta = node.meta["val"]
         if np.any(self.value(target)):
             return self.fail(node, f"mutated buffer {target!r} is not all zeros (states start so)")
-        return self.graph.state(target, tuple(int(d) for d in meta.shape), to_dtype(meta.dtype))
+        return self.graph.state(target, static_shape(meta), to_dtype(meta.dtype))
 
     def run_graph(
         self, module: torch.fx.GraphModule, values: dict[str, object]
@@ -278,19 +283,31 @@ class _Importer:
         if isinstance(meta, list | tuple):
             return tuple(self.stand_in(m, f"{name}_{i}") for i, m in enumerate(meta))
         if isinstance(meta, torch.Tensor):
-            # A dtype tensorgraph lacks is already a reported problem: float32 stands in.
-            shape = tuple(int(d) for d in meta.shape)
+            # A dtype tensorgraph lacks, or a symbolic dimension, is already a reported
+            # problem: float32 and extent 1 stand in.
+            shape = tuple(d if isinstance(d, int) else 1 for d in meta.shape)
             dtype = DTYPES.get(meta.dtype, tg.float32)
             return self.graph.input(f"__unimported_{name}", shape, dtype)
         return None
 
 
+def _dynamic(meta: torch.Tensor) -> str:
+    """What static_shape says of a symbolic shape (the problem's text)."""
+    try:
+        static_shape(meta)
+    except Unsupported as err:
+        return str(err)
+    return ""
+
+
 def _check_result(result: object, meta: object) -> str:
     """'' when `result` has torch's shapes and dtypes `meta`, else what differs."""
     if isinstance(meta, torch.Tensor):
+        if dynamic_dims(meta):
+            return _dynamic(meta)
         if not isinstance(result, tg.Tensor):
             return f"handler returned {type(result).__name__}, torch gives a tensor"
-        want = (tuple(int(d) for d in meta.shape), DTYPES.get(meta.dtype))
+        want = (static_shape(meta), DTYPES.get(meta.dtype))
         if (result.shape, result.dtype) != want:
             return f"handler made {result.shape} {result.dtype}, torch gives {want[0]} {want[1]}"
         return ""

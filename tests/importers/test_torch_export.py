@@ -219,3 +219,32 @@ def test_an_input_of_a_dtype_tensorgraph_lacks_is_listed_with_the_other_problems
         tg.from_torch(Double(), (torch.randn(3, dtype=torch.float64), torch.randn(3)))
     assert "x: user_input of torch.float64" in str(info.value)
     assert "unsupported op aten.special_bessel_j0" in str(info.value)
+
+
+def test_a_data_dependent_shape_is_a_listed_problem_not_a_crash() -> None:
+    # x[x > 0] exports (its length is an unbacked symbol); the importer used to call
+    # int() on that symbol and let torch's GuardOnDataDependentSymNode escape.
+    class MaskIndex(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[x > 0] * 2
+
+    with pytest.raises(tg.GraphError, match=r"failed at step 'import'") as info:
+        tg.from_torch(MaskIndex(), (torch.randn(5),), "mask")
+    message = str(info.value)
+    assert "index with a bool index tensor is not supported" in message
+    assert "depends on the data" in message
+    assert message.count("test_torch_export.py:") >= 2
+
+
+def test_a_dynamic_input_dimension_is_a_listed_problem() -> None:
+    class Double(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x * 2).relu()
+
+    batch = torch.export.Dim("batch", min=2, max=64)
+    program = torch.export.export(Double(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: batch}})
+    with pytest.raises(tg.GraphError) as info:
+        from_exported(program, "dynamic")
+    message = str(info.value)
+    assert "x: user_input: shape (s" in message and "is dynamic" in message
+    assert "tensorgraph plans static shapes" in message
