@@ -89,6 +89,8 @@ from tensorgraph.ir.conv import (
     adaptive_avg_pool2d,
     adaptive_max_pool2d,
     conv1d,
+    conv_transpose1d,
+    conv_transpose2d,
     pad,
     upsample_bilinear2d,
     upsample_nearest2d,

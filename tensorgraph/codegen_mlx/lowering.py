@@ -331,7 +331,7 @@ def _lowered(op: str, lower: Lowering) -> Lowering:
     def run(node: Node, args: Sequence[mx.array]) -> mx.array:
         if math.prod(node.shape) == 0:
             return _filled(node, 0)
-        if op in ("matmul", "conv2d") and any(a.size == 0 for a in args):
+        if op in ("matmul", "conv2d", "conv_transpose2d") and any(a.size == 0 for a in args):
             return _filled(node, 0)
         return lower(node, args)
 

@@ -1,5 +1,6 @@
 """MLX lowerings of the pools (max/avg with padding, dilation, ceil_mode and
-divisor_override; adaptive avg/max), of `pad` and of the 2-D resizes, registered in
+divisor_override; adaptive avg/max), of `pad`, of the 2-D resizes and of the transposed
+convolution, registered in
 `codegen_mlx.lowering.LOWERINGS` with the NumPy kernels' values (runtime.window_kernels).
 
 MLX has no pooling op: a pool is one strided slice of the padded input per kernel
@@ -146,6 +147,38 @@ def _upsample_bilinear2d(node: Node, args: Sequence[mx.array]) -> mx.array:
     return _as(node, x)
 
 
+def _conv_transpose2d(node: Node, args: Sequence[mx.array]) -> mx.array:
+    """The transposed convolution as the convolution it is: over the input dilated by
+    the stride (mx.conv_general's input_dilation), padded by dilation * (K - 1) - padding
+    on each side (plus output_padding at the end), with the kernel flipped and its
+    channel axes swapped. MLX's conv_transpose2d takes no groups; conv_general does. A
+    padding beyond dilation * (K - 1) pads negatively: padded by 0, then cropped."""
+    x, w = (_as(node, a) for a in args)
+    groups = node.attr("groups")
+    ci, og, kh, kw = w.shape
+    weight = w.reshape(groups, ci // groups, og, kh, kw).transpose(0, 2, 3, 4, 1)
+    weight = weight.reshape(groups * og, kh, kw, ci // groups)
+    low, high, crop = [], [], []
+    for axis, k in enumerate((kh, kw)):
+        reach = node.attr("dilation")[axis] * (k - 1)
+        pad = node.attr("padding")[axis]
+        low.append(max(reach - pad, 0))
+        high.append(max(reach - pad + node.attr("output_padding")[axis], 0))
+        crop.append(max(pad - reach, 0))
+    out = mx.conv_general(
+        mx.transpose(x, (0, 2, 3, 1)),
+        weight,
+        padding=(tuple(low), tuple(high)),
+        kernel_dilation=tuple(node.attr("dilation")),
+        input_dilation=tuple(node.attr("stride")),
+        groups=groups,
+        flip=True,
+    )
+    oh, ow = node.shape[2:]
+    out = out[:, crop[0] : crop[0] + oh, crop[1] : crop[1] + ow, :]
+    return mx.transpose(out, (0, 3, 1, 2))
+
+
 TABLE: dict[str, Lowering] = {
     "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,
@@ -154,4 +187,5 @@ TABLE: dict[str, Lowering] = {
     "pad": _pad,
     "upsample_nearest2d": _upsample_nearest2d,
     "upsample_bilinear2d": _upsample_bilinear2d,
+    "conv_transpose2d": _conv_transpose2d,
 }

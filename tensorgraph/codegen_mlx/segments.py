@@ -88,6 +88,15 @@ def _conv_scratch(graph: Graph, node: Node) -> int:
     return x.nbytes + w.nbytes + im2col + node.nbytes
 
 
+def _conv_transpose_scratch(graph: Graph, node: Node) -> int:
+    """The lowering's NHWC input, rearranged weight and NHWC result before the crop and
+    transpose. MLX's CPU conv_general with input dilation makes no im2col matrix: a
+    stride-2 4x4 transposed convolution of a 64x32x32 input measured its eager peak at
+    exactly input + output, so this bound is generous."""
+    x, w = (graph.node(i) for i in node.inputs)
+    return x.nbytes + w.nbytes + node.nbytes
+
+
 def _pool_scratch(graph: Graph, node: Node) -> int:
     """The padded input copy and the running window reduction beside the result."""
     x = graph.node(node.inputs[0])
@@ -100,6 +109,7 @@ def _pool_scratch(graph: Graph, node: Node) -> int:
 # Temporaries a node's MLX lowering allocates beside its output (bytes, an upper bound).
 SCRATCH: dict[str, Callable[[Graph, Node], int]] = {
     "conv2d": _conv_scratch,
+    "conv_transpose2d": _conv_transpose_scratch,
     "max_pool2d": _pool_scratch,
     "avg_pool2d": _pool_scratch,
 }

@@ -58,12 +58,17 @@ def _convolution(
     *rest: object,
 ) -> Tensor:
     spatial = w.ndim - 2
-    require(not transposed, "transposed convolution")
     require(spatial in (1, 2), f"{spatial}-D convolution")
     require(not isinstance(padding, str), f"padding={padding!r}")
     stride, dilation = _ints(stride, spatial), _ints(dilation, spatial)
     padding = _ints(padding, spatial)
-    if spatial == 1:
+    if transposed:
+        extra = _ints(output_padding, spatial)
+        if spatial == 1:
+            y = tg.conv_transpose1d(x, w, stride[0], padding[0], dilation[0], extra[0], groups)
+        else:
+            y = tg.conv_transpose2d(x, w, stride, padding, dilation, extra, groups)
+    elif spatial == 1:
         y = tg.conv1d(x, w, stride[0], padding[0], dilation[0], groups)
     else:
         y = tg.conv2d(x, w, stride, padding, dilation, groups)

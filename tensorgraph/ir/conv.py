@@ -1,7 +1,8 @@
 """Convolution, pooling and padding over NCHW tensors (PyTorch's layout) with PyTorch's
 semantics and argument names (MLX's where it has the op). Kernel sizes, strides,
 paddings and dilations accept an int (both axes) or an (H, W) pair and are stored as
-pairs; a pool's stride defaults to its kernel size. conv1d is conv2d between reshapes.
+pairs; a pool's stride defaults to its kernel size. conv1d is conv2d between reshapes,
+conv_transpose1d likewise conv_transpose2d.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _single(value: int | Sequence[int], name: str) -> int:
     if isinstance(value, int):
         return value
     if len(value) != 1:
-        raise ShapeError(f"conv1d: {name} must be an int or a 1-tuple but got {value}")
+        raise ShapeError(f"{name} must be an int or a 1-tuple but got {value}")
     return int(value[0])
 
 
@@ -69,6 +70,58 @@ def conv1d(
         (1, _single(stride, "stride")),
         (0, _single(padding, "padding")),
         (1, _single(dilation, "dilation")),
+        groups,
+    )
+    return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+
+
+def conv_transpose2d(
+    input: Tensor,
+    weight: Tensor,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    output_padding: int | Sequence[int] = 0,
+    groups: int = 1,
+) -> Tensor:
+    """2-D transposed convolution (the gradient of conv2d with respect to its input, as
+    decoders and upsampling layers use it): NCHW input and weight (C_in, C_out / groups,
+    KH, KW), torch's layout and output size (H - 1) * stride - 2 * padding + dilation *
+    (KH - 1) + output_padding + 1; MLX's argument names and order. Float operands."""
+    return emit(
+        "conv_transpose2d",
+        [input, weight],
+        stride=_pair(stride),
+        padding=_pair(padding),
+        output_padding=_pair(output_padding),
+        dilation=_pair(dilation),
+        groups=int(groups),
+    )
+
+
+def conv_transpose1d(
+    input: Tensor,
+    weight: Tensor,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    output_padding: int | Sequence[int] = 0,
+    groups: int = 1,
+) -> Tensor:
+    """1-D transposed convolution, NCL input and weight (C_in, C_out / groups, K): a
+    conv_transpose2d over a height of 1 between two free reshapes."""
+    for name, t in (("input", input), ("weight", weight)):
+        if t.ndim != 3:
+            raise ShapeError(f"conv_transpose1d: {name} must be 3-D but is {t!r}")
+    n, c, length = input.shape
+    ci, og, k = weight.shape
+    y = conv_transpose2d(
+        reshape(input, (n, c, 1, length)),
+        reshape(weight, (ci, og, 1, k)),
+        (1, _single(stride, "stride")),
+        (0, _single(padding, "padding")),
+        (1, _single(dilation, "dilation")),
+        (0, _single(output_padding, "output_padding")),
         groups,
     )
     return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))

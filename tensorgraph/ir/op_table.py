@@ -42,6 +42,7 @@ from tensorgraph.ir.ops import AttrSpec, OpDef, register
 from tensorgraph.ir.window_inference import (
     infer_adaptive_pool,
     infer_conv2d,
+    infer_conv_transpose2d,
     infer_pad,
     infer_pool,
     infer_upsample,
@@ -197,6 +198,23 @@ register(
         {
             "stride": AttrSpec("ints", (1, 1)),
             "padding": AttrSpec("ints", (0, 0)),
+            "dilation": AttrSpec("ints", (1, 1)),
+            "groups": AttrSpec("int", 1),
+        },
+        category="conv",
+    )
+)
+
+register(
+    OpDef(
+        "conv_transpose2d",
+        2,
+        2,
+        infer_conv_transpose2d,
+        {
+            "stride": AttrSpec("ints", (1, 1)),
+            "padding": AttrSpec("ints", (0, 0)),
+            "output_padding": AttrSpec("ints", (0, 0)),
             "dilation": AttrSpec("ints", (1, 1)),
             "groups": AttrSpec("int", 1),
         },

@@ -65,6 +65,47 @@ def infer_conv2d(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     return (n, o, oh, ow), promote_types(x.dtype, w.dtype)
 
 
+def transposed_extent(
+    size: int, kernel: int, stride: int, padding: int, dilation: int, output_padding: int
+) -> int:
+    """Output extent of a transposed convolution along one axis (torch's rule)."""
+    return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+
+
+def infer_conv_transpose2d(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """NCHW input, weight (C_in, C_out / groups, KH, KW) as torch stores it; float only
+    (torch has no integer transposed convolution either). torch's checks: groups divide
+    both channel counts, output_padding smaller than the stride or the dilation."""
+    x, w = xs
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise ShapeError(f"conv_transpose2d needs NCHW input and (I, O/g, H, W) weight: {x}, {w}")
+    names = ("stride", "padding", "dilation", "output_padding")
+    stride, padding, dilation, extra = (_pair(attrs, n) for n in names)
+    groups = attrs["groups"]
+    n, c, h, wd = x.shape
+    ci, og, kh, kw = w.shape
+    if groups < 1 or c % groups or ci != c:
+        raise ShapeError(f"{x} channels do not match weight {w} with groups={groups}")
+    if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0 or min(extra) < 0:
+        raise ShapeError(
+            f"bad stride {stride} / dilation {dilation} / padding "
+            f"{padding} / output_padding {extra}"
+        )
+    if any(extra[i] >= max(stride[i], dilation[i]) for i in range(2)):
+        raise ShapeError(
+            f"output_padding {extra} must be smaller than the stride "
+            f"{stride} or the dilation {dilation}"
+        )
+    dtype = promote_types(x.dtype, w.dtype)
+    if not dtype.is_float:
+        raise DTypeError(f"conv_transpose2d needs float operands but got {x}, {w}")
+    oh = transposed_extent(h, kh, stride[0], padding[0], dilation[0], extra[0])
+    ow = transposed_extent(wd, kw, stride[1], padding[1], dilation[1], extra[1])
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"padding {padding} leaves no output of {x}")
+    return (n, og * groups, oh, ow), dtype
+
+
 def infer_pool(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     """max_pool2d and avg_pool2d (avg has no dilation attribute: 1). torch's checks:
     positive kernel, stride and dilation, padding at most half the kernel, at least one

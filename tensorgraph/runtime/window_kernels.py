@@ -1,5 +1,6 @@
 """NumPy kernels of the pools (max/avg with padding, dilation and ceil_mode; adaptive
-avg/max), of `pad` and of the 2-D resizes (nearest, bilinear), registered in
+avg/max), of `pad`, of the 2-D resizes (nearest, bilinear) and of the transposed
+convolution, registered in
 `runtime.kernels.KERNELS` (same contract: a fresh result of the node's shape and dtype;
 half precision computed in float32).
 
@@ -175,6 +176,43 @@ def _upsample_bilinear2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     return x[..., lower] * (1 - weight) + x[..., upper] * weight
 
 
+def _conv_transpose2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """Scatter form: every input pixel adds its weight-scaled kernel into the output at
+    stride spacing. Per kernel tap (i, j), the grouped channel contraction of the whole
+    input (one batched matmul) lands on rows i * dilation + stride * h of a full-size
+    canvas; the canvas is then cropped by the padding (output_padding extends the end).
+    Taps are added in a fixed order, so the result is the same on every run."""
+    x, w = (_wide(a.astype(node.dtype.to_numpy(), copy=False)) for a in args)
+    n, _, oh, ow = node.shape
+    groups = node.attr("groups")
+    (sh, sw), (dh, dw) = node.attr("stride"), node.attr("dilation")
+    (ph, pw) = node.attr("padding")
+    _, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    cg = c // groups
+    canvas = np.zeros(
+        (
+            n,
+            groups,
+            og,
+            max(oh + ph, (h - 1) * sh + (kh - 1) * dh + 1),
+            max(ow + pw, (wd - 1) * sw + (kw - 1) * dw + 1),
+        ),
+        dtype=x.dtype,
+    )
+    grouped = x.reshape(n, groups, cg, h * wd)
+    weights = w.reshape(groups, cg, og, kh, kw)
+    for i in range(kh):
+        for j in range(kw):
+            # (groups, og, cg) @ (n, groups, cg, h*w) -> (n, groups, og, h*w)
+            tap = np.matmul(weights[:, :, :, i, j].transpose(0, 2, 1), grouped)
+            rows = slice(i * dh, i * dh + sh * (h - 1) + 1, sh)
+            cols = slice(j * dw, j * dw + sw * (wd - 1) + 1, sw)
+            canvas[:, :, :, rows, cols] += tap.reshape(n, groups, og, h, wd)
+    out = canvas[:, :, :, ph : ph + oh, pw : pw + ow]
+    return out.reshape(n, groups * og, oh, ow)
+
+
 KERNELS: dict[str, Kernel] = {
     "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,
@@ -183,4 +221,5 @@ KERNELS: dict[str, Kernel] = {
     "pad": _pad,
     "upsample_nearest2d": _upsample_nearest2d,
     "upsample_bilinear2d": _upsample_bilinear2d,
+    "conv_transpose2d": _conv_transpose2d,
 }

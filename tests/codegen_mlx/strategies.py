@@ -351,7 +351,16 @@ def _pool_or_conv(b: _Builder) -> tg.Tensor:
     h, w = (b.draw(st.integers(max(kernel - 2 * padding, 1), 5)) for _ in range(2))
     x = b.input((n, c, h, w), dtype, 0 if dtype == tg.uint8 else -5, 5)
     stride = b.draw(st.integers(1, 2))
-    kind = b.draw(st.sampled_from(["max", "avg", "conv"]))
+    kind = b.draw(st.sampled_from(["max", "avg", "conv", "transposed"]))
+    if kind == "transposed" and dtype.is_float:  # float only, as in torch
+        groups = b.draw(st.sampled_from([1, c]))
+        weight = b.input((c, 2, kernel, kernel), dtype, -3, 3)
+        extra = b.draw(st.integers(0, stride - 1))
+        reach = (min(h, w) - 1) * stride + kernel + extra  # output extent without padding
+        y = tg.conv_transpose2d(
+            x, weight, stride, padding if reach > 2 * padding else 0, 1, extra, groups
+        )
+        return b.add(tg.tanh(y), 1, False)
     if kind == "max":
         return b.add(tg.max_pool2d(x, kernel, stride, padding), 5, True)
     if kind == "avg":

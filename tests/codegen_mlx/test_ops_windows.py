@@ -1,4 +1,4 @@
-"""Convolutions (grouped, depthwise, dilated, strided; conv1d), pools (ceil_mode,
+"""Convolutions (grouped, depthwise, dilated, strided; conv1d; transposed), pools (ceil_mode,
 dilation, divisor_override), adaptive pools and pad on every backend (numpy, arena, MLX
 eager and compiled) against torch.nn.functional itself."""
 
@@ -76,6 +76,76 @@ def test_conv1d_matches_torch(xs, ws, stride, padding, dilation, groups) -> None
     check_against_torch(
         lambda x, w: tg.conv1d(x, w, stride, padding, dilation, groups),
         lambda x, w: F.conv1d(x, w, None, stride, padding, dilation, groups),
+        rand(*xs),
+        rand(*ws),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+TRANSPOSED = [  # (x shape, w shape, stride, padding, dilation, output_padding, groups)
+    ((2, 4, 5, 6), (4, 3, 4, 4), (2, 2), (1, 1), (1, 1), (0, 0), 1),  # a decoder's 2x upsample
+    ((1, 6, 4, 5), (6, 2, 3, 2), (2, 1), (1, 0), (1, 2), (1, 0), 3),  # grouped, per axis
+    ((1, 4, 5, 5), (4, 1, 3, 3), (1, 1), (2, 2), (2, 2), (0, 0), 4),  # depthwise, dilated
+    ((1, 2, 6, 6), (2, 3, 2, 2), (2, 2), (3, 3), (1, 1), (1, 1), 1),  # padding past the reach
+]
+
+
+@pytest.mark.parametrize(
+    ("xs", "ws", "stride", "padding", "dilation", "extra", "groups"), TRANSPOSED
+)
+def test_conv_transpose2d_matches_torch(xs, ws, stride, padding, dilation, extra, groups) -> None:
+    check_against_torch(
+        lambda x, w: tg.conv_transpose2d(x, w, stride, padding, dilation, extra, groups),
+        lambda x, w: F.conv_transpose2d(x, w, None, stride, padding, extra, groups, dilation),
+        rand(*xs),
+        rand(*ws),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+@st.composite
+def transposed_convs(draw: st.DrawFn) -> tuple:
+    """Random valid conv_transpose2d arguments (torch's constraints: output_padding
+    below the stride or the dilation, at least one output position)."""
+    groups = draw(st.sampled_from([1, 2]))
+    c, og = groups * draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    kernel = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    extra = tuple(draw(st.integers(0, max(stride[i], dilation[i]) - 1)) for i in range(2))
+    size = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
+    full = [
+        (size[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + extra[i] + 1 for i in range(2)
+    ]
+    padding = tuple(draw(st.integers(0, (full[i] - 1) // 2)) for i in range(2))
+    return (1, c, *size), (c, og, *kernel), stride, padding, dilation, extra, groups
+
+
+@settings(max_examples=25, deadline=None)
+@given(transposed_convs())
+def test_random_conv_transpose2d_matches_torch(arguments) -> None:
+    xs, ws, stride, padding, dilation, extra, groups = arguments
+    check_against_torch(
+        lambda x, w: tg.conv_transpose2d(x, w, stride, padding, dilation, extra, groups),
+        lambda x, w: F.conv_transpose2d(x, w, None, stride, padding, extra, groups, dilation),
+        rand(*xs),
+        rand(*ws),
+        rtol=1e-4,
+        atol=1e-4,
+        compiled=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("xs", "ws", "stride", "padding", "extra"),
+    [((2, 4, 9), (4, 3, 4), 2, 1, 0), ((1, 2, 5), (2, 2, 3), 3, 0, 2)],
+)
+def test_conv_transpose1d_matches_torch(xs, ws, stride, padding, extra) -> None:
+    check_against_torch(
+        lambda x, w: tg.conv_transpose1d(x, w, stride, padding, 1, extra),
+        lambda x, w: F.conv_transpose1d(x, w, None, stride, padding, extra),
         rand(*xs),
         rand(*ws),
         rtol=1e-4,

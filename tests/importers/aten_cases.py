@@ -324,6 +324,21 @@ def _cases() -> list[Case]:
         Case("conv2d_depthwise", lambda p, w: F.conv2d(p, w, groups=4), (img, f(4, 1, 3, 3))),
         Case("conv1d", lambda p, w, c: F.conv1d(p, w, c, 2, 1), (f(2, 4, 11), f(3, 4, 3), f(3))),
         Case(
+            "conv_transpose2d",
+            lambda p, w, c: F.conv_transpose2d(p, w, c, 2, 1, 1),
+            (img, f(4, 3, 3, 3), f(3)),
+        ),
+        Case(
+            "conv_transpose2d_grouped_dilated",
+            lambda p, w: F.conv_transpose2d(p, w, None, 2, 0, 0, 2, 2),
+            (img, f(4, 1, 2, 2)),
+        ),
+        Case(
+            "conv_transpose1d",
+            lambda p, w, c: F.conv_transpose1d(p, w, c, 2, 1, 1),
+            (f(2, 4, 7), f(4, 3, 3), f(3)),
+        ),
+        Case(
             "conv1d_grouped_dilated",
             lambda p, w: F.conv1d(p, w, None, 1, 2, 2, 2),
             (f(1, 4, 10), f(6, 2, 3)),

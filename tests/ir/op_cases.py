@@ -133,6 +133,32 @@ def softmax_f64(x: np.ndarray, axis: int) -> np.ndarray:
     return e / e.sum(axis, keepdims=True)
 
 
+def naive_conv_transpose2d(x, w, stride, padding, dilation, output_padding, groups):
+    """The definition, one input pixel at a time: pixel (b, c, i, j) adds w[c, o', p, q]
+    to output (b, group's o', i * stride + p * dilation - padding, ...) when that lands
+    inside the output. The independent oracle for conv_transpose2d."""
+    (sh, sw), (ph, pw), (dh, dw), (eh, ew) = stride, padding, dilation, output_padding
+    n, c, h, wd = x.shape
+    _ci, og, kh, kw = w.shape
+    oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + eh + 1
+    ow = (wd - 1) * sw - 2 * pw + dw * (kw - 1) + ew + 1
+    out = np.zeros((n, og * groups, oh, ow))
+    per_group = c // groups
+    for b in range(n):
+        for ic in range(c):
+            group = ic // per_group
+            for i in range(h):
+                for j in range(wd):
+                    for p in range(kh):
+                        for q in range(kw):
+                            r, s = i * sh + p * dh - ph, j * sw + q * dw - pw
+                            if 0 <= r < oh and 0 <= s < ow:
+                                for o in range(og):
+                                    value = float(x[b, ic, i, j]) * float(w[ic, o, p, q])
+                                    out[b, group * og + o, r, s] += value
+    return out
+
+
 def naive_conv2d(x, w, stride, padding, dilation, groups):
     """A direct loop over every output element: the independent oracle for conv2d."""
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation

@@ -55,6 +55,20 @@ def test_shape_errors_name_the_node_and_operands(index: int) -> None:
         build()
 
 
+def test_conv_transpose2d_checks_name_the_node_and_the_rule() -> None:
+    g = tg.Graph()
+    image, kernel = g.input("image", (1, 4, 5, 5)), g.input("kernel", (4, 2, 3, 3))
+    with pytest.raises(tg.ShapeError, match=r"%\d+ conv_transpose2d: output_padding \(2, 2\)"):
+        tg.conv_transpose2d(image, kernel, stride=2, output_padding=2)
+    with pytest.raises(tg.ShapeError, match=r"%\d+ conv_transpose2d: image .* groups=3"):
+        tg.conv_transpose2d(image, g.input("k3", (4, 2, 3, 3)), groups=3)
+    with pytest.raises(tg.ShapeError, match=r"padding \(5, 5\) leaves no output"):
+        tg.conv_transpose2d(image, kernel, padding=5)
+    ints = g.input("ints", (1, 4, 5, 5), tg.int32)
+    with pytest.raises(tg.DTypeError, match=r"conv_transpose2d needs float operands"):
+        tg.conv_transpose2d(ints, g.input("ik", (4, 2, 3, 3), tg.int32))
+
+
 def test_the_shape_error_table_is_complete() -> None:
     assert len(_shape_errors(tg.Graph())) == 12
 

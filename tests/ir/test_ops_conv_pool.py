@@ -8,7 +8,17 @@ import pytest
 
 import tensorgraph as tg
 from tensorgraph.ir.dtypes import as_dtype
-from tests.ir.op_cases import BF16, F16, F64, Arrays, Case, case_adder, check_case, naive_conv2d
+from tests.ir.op_cases import (
+    BF16,
+    F16,
+    F64,
+    Arrays,
+    Case,
+    case_adder,
+    check_case,
+    naive_conv2d,
+    naive_conv_transpose2d,
+)
 
 CASES: list[Case] = []
 case = case_adder(CASES)
@@ -52,6 +62,31 @@ case(
     rtol=1e-4,
     atol=1e-4,
 )
+
+TRANSPOSED = [  # (x shape, weight shape, stride, padding, dilation, output_padding, groups, dtype)
+    ((2, 3, 4, 5), (3, 2, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1, np.float32),
+    ((1, 4, 3, 3), (4, 1, 2, 2), (2, 2), (0, 0), (1, 1), (0, 0), 4, np.float32),  # depthwise
+    ((1, 4, 4, 3), (4, 3, 3, 2), (2, 1), (1, 0), (2, 1), (1, 0), 2, np.float32),  # per axis
+    ((1, 2, 3, 3), (2, 2, 1, 1), (3, 3), (0, 0), (1, 1), (2, 2), 1, np.float32),  # 1x1, pad
+    ((1, 2, 5, 5), (2, 3, 2, 2), (2, 2), (3, 3), (1, 1), (1, 1), 1, np.float32),  # crop
+    ((1, 2, 3, 4), (2, 2, 3, 3), (1, 1), (1, 1), (1, 1), (0, 0), 1, F16),
+    ((1, 2, 3, 3), (2, 2, 2, 2), (2, 2), (0, 0), (1, 1), (0, 0), 1, BF16),
+]
+for _xs, _ws, _stride, _pad, _dil, _extra, _groups, _dtype in TRANSPOSED:
+    case(
+        "conv_transpose2d",
+        f"{_xs}*{_ws}-s{_stride}-p{_pad}-d{_dil}-o{_extra}-g{_groups}-{np.dtype(_dtype)}",
+        (rand(*_xs, dtype=_dtype), rand(*_ws, dtype=_dtype)),
+        lambda x, w, s=_stride, p=_pad, d=_dil, e=_extra, k=_groups: tg.conv_transpose2d(
+            x, w, s, p, d, e, k
+        ),
+        as_dtype(_dtype),
+        lambda x, w, s=_stride, p=_pad, d=_dil, e=_extra, k=_groups: naive_conv_transpose2d(
+            x, w, s, p, d, e, k
+        ),
+        rtol=1e-2 if np.dtype(_dtype).itemsize == 2 else 1e-4,
+        atol=1e-2 if np.dtype(_dtype).itemsize == 2 else 1e-4,
+    )
 
 
 def naive_pool(x, kernel, stride, padding, reduce, fill):
