@@ -1,4 +1,4 @@
-"""Outside models: 41 public architectures that played no part in building the importer.
+"""Outside models: 42 public architectures that played no part in building the importer.
 
 The 16 models of `catalog.py` drove the importer's operator coverage; these were tried
 afterwards, the way a new user would try them (random weights, small configs, eval,
@@ -40,8 +40,8 @@ class FirstOutput(nn.Module):
         out = self.model(*args)
         if hasattr(out, "last_hidden_state"):
             return out.last_hidden_state
-        if isinstance(out, dict):
-            return out["out"]
+        if isinstance(out, dict):  # a segmentation head's "out", or a ModelOutput's first
+            return out["out"] if "out" in out else next(iter(out.values()))
         return out
 
 
@@ -152,6 +152,18 @@ TEXT: dict[str, Callable[[], tuple]] = {
         strides=[4, 2],
         patch_sizes=[7, 3],
         mlp_ratios=[2, 2],
+    ),
+    # DPT's reassemble stage upsamples with transposed convolutions.
+    "dpt_depth": lambda: _encoder(
+        "DPTForDepthEstimation",
+        "DPTConfig",
+        _image(),
+        image_size=32,
+        patch_size=8,
+        backbone_out_indices=[0, 1, 2, 3],
+        neck_hidden_sizes=[16, 32, 64, 64],
+        fusion_hidden_size=32,
+        **{**SMALL, "num_hidden_layers": 4},
     ),
     "wav2vec2": lambda: _encoder(
         "Wav2Vec2Model",
