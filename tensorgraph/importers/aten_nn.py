@@ -105,6 +105,34 @@ def _native_batch_norm(
     return (_batch_norm_inference(x, weight, bias, mean, var, eps), None, None)
 
 
+@handles("_native_batch_norm_legit")
+def _native_batch_norm_batch_stats(
+    ctx: Context, x: Tensor, weight: Tensor | None, bias: Tensor | None, *rest: object
+) -> tuple:
+    """Normalisation by the batch's own statistics: what instance norm (and group
+    norm's reference path) decomposes to, `training=True` over a (1, N*C, ...) view.
+    Overloads: no_stats (training, momentum, eps) and with running stats (running_mean,
+    running_var, training, momentum, eps); with running stats and training off it is
+    inference normalisation. Statistics per channel (axis 1) over every other axis,
+    biased variance, as torch normalises. Updating the running stats is a buffer
+    mutation the importer reports on its own (states must start as zeros)."""
+    if len(rest) == 5:
+        mean, var, training, _, eps = rest
+        if not training:
+            return (_batch_norm_inference(x, weight, bias, mean, var, eps), None, None)
+    else:
+        training, _, eps = rest
+    axes = (0, *range(2, x.ndim))
+    centred = x - tg.mean(x, axes, keepdims=True)
+    y = centred * tg.rsqrt(tg.mean(centred * centred, axes, keepdims=True) + eps)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return (y, None, None)
+
+
 # ---------------------------------------------------------------- pooling
 
 

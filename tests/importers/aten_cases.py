@@ -348,6 +348,17 @@ def _cases() -> list[Case]:
             lambda p, m, v, w, c: F.batch_norm(p, m, v, w, c, False, 0.1, 1e-3),
             (img, f(4), pos(4), f(4), f(4)),
         ),
+        Case(
+            "batch_norm_batch_statistics",  # BatchNorm(track_running_stats=False) in eval
+            lambda p, w, c: F.batch_norm(p, None, None, w, c, True, 0.1, 1e-3),
+            (img, f(4), f(4)),
+        ),
+        Case(
+            "instance_norm",
+            lambda p, w, c: F.instance_norm(p, weight=w, bias=c, eps=1e-3),
+            (img, f(4), f(4)),
+        ),
+        Case("instance_norm_1d_plain", lambda p: F.instance_norm(p), (f(2, 3, 7),)),
         Case("layer_norm", lambda p, w, c: F.layer_norm(p, (4,), w, c), (f(2, 3, 4), f(4), f(4))),
         Case("rms_norm", lambda p, w: F.rms_norm(p, (4,), w, 1e-6), (f(2, 3, 4), f(4))),
         Case(
