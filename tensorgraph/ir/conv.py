@@ -7,7 +7,7 @@ conv_transpose1d likewise conv_transpose2d.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tensorgraph.errors import ShapeError
 from tensorgraph.ir.functions import reshape
@@ -59,19 +59,32 @@ def conv1d(
     """1-D convolution, NCL input and OIK weight (PyTorch's layout): a conv2d over a
     height of 1, between two free reshapes (no op of its own: the planner and both
     backends already handle conv2d's groups and dilation)."""
+    per_axis = {"stride": stride, "padding": padding, "dilation": dilation}
+    return _over_height_one("conv1d", conv2d, input, weight, per_axis, groups)
+
+
+def _over_height_one(
+    op: str,
+    conv: Callable[..., Tensor],
+    input: Tensor,
+    weight: Tensor,
+    per_axis: dict[str, int | Sequence[int]],
+    groups: int,
+) -> Tensor:
+    """The 1-D `op` as its 2-D `conv` over a height of 1: NCL input and a 3-D weight
+    reshaped (free), each per-axis argument (stride, padding, ...) an int or 1-tuple
+    lifted to (neutral, value) with 1 as the neutral stride or dilation and 0 as the
+    neutral padding."""
     for name, t in (("input", input), ("weight", weight)):
         if t.ndim != 3:
-            raise ShapeError(f"conv1d: {name} must be 3-D (N, C, L / O, C, K) but is {t!r}")
+            raise ShapeError(f"{op}: {name} must be 3-D (N, C, L / weight with K) but is {t!r}")
     n, c, length = input.shape
-    o, cg, k = weight.shape
-    y = conv2d(
-        reshape(input, (n, c, 1, length)),
-        reshape(weight, (o, cg, 1, k)),
-        (1, _single(stride, "stride")),
-        (0, _single(padding, "padding")),
-        (1, _single(dilation, "dilation")),
-        groups,
-    )
+    a, b, k = weight.shape
+    lifted = [
+        (1 if name in ("stride", "dilation") else 0, _single(value, name))
+        for name, value in per_axis.items()
+    ]
+    y = conv(reshape(input, (n, c, 1, length)), reshape(weight, (a, b, 1, k)), *lifted, groups)
     return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
 
 
@@ -110,21 +123,13 @@ def conv_transpose1d(
 ) -> Tensor:
     """1-D transposed convolution, NCL input and weight (C_in, C_out / groups, K): a
     conv_transpose2d over a height of 1 between two free reshapes."""
-    for name, t in (("input", input), ("weight", weight)):
-        if t.ndim != 3:
-            raise ShapeError(f"conv_transpose1d: {name} must be 3-D but is {t!r}")
-    n, c, length = input.shape
-    ci, og, k = weight.shape
-    y = conv_transpose2d(
-        reshape(input, (n, c, 1, length)),
-        reshape(weight, (ci, og, 1, k)),
-        (1, _single(stride, "stride")),
-        (0, _single(padding, "padding")),
-        (1, _single(dilation, "dilation")),
-        (0, _single(output_padding, "output_padding")),
-        groups,
-    )
-    return reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+    per_axis = {
+        "stride": stride,
+        "padding": padding,
+        "dilation": dilation,
+        "output_padding": output_padding,
+    }
+    return _over_height_one("conv_transpose1d", conv_transpose2d, input, weight, per_axis, groups)
 
 
 def max_pool2d(

@@ -95,6 +95,10 @@ TRANSPOSED = [  # (x shape, w shape, stride, padding, dilation, output_padding, 
     ("xs", "ws", "stride", "padding", "dilation", "extra", "groups"), TRANSPOSED
 )
 def test_conv_transpose2d_matches_torch(xs, ws, stride, padding, dilation, extra, groups) -> None:
+    check_transposed(xs, ws, stride, padding, dilation, extra, groups)
+
+
+def check_transposed(xs, ws, stride, padding, dilation, extra, groups, compiled=True) -> None:
     check_against_torch(
         lambda x, w: tg.conv_transpose2d(x, w, stride, padding, dilation, extra, groups),
         lambda x, w: F.conv_transpose2d(x, w, None, stride, padding, extra, groups, dilation),
@@ -102,6 +106,7 @@ def test_conv_transpose2d_matches_torch(xs, ws, stride, padding, dilation, extra
         rand(*ws),
         rtol=1e-4,
         atol=1e-4,
+        compiled=compiled,
     )
 
 
@@ -126,16 +131,7 @@ def transposed_convs(draw: st.DrawFn) -> tuple:
 @settings(max_examples=25, deadline=None)
 @given(transposed_convs())
 def test_random_conv_transpose2d_matches_torch(arguments) -> None:
-    xs, ws, stride, padding, dilation, extra, groups = arguments
-    check_against_torch(
-        lambda x, w: tg.conv_transpose2d(x, w, stride, padding, dilation, extra, groups),
-        lambda x, w: F.conv_transpose2d(x, w, None, stride, padding, extra, groups, dilation),
-        rand(*xs),
-        rand(*ws),
-        rtol=1e-4,
-        atol=1e-4,
-        compiled=False,
-    )
+    check_transposed(*arguments, compiled=False)
 
 
 @pytest.mark.parametrize(

@@ -21,12 +21,8 @@ from torch import nn
 from tensorgraph.importers.torch_compat import import_transformers, load_torchvision
 
 TOKENS = 32
-SMALL = {
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 128,
-}
+LAYERS = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+SMALL = {**LAYERS, "intermediate_size": 128}
 
 
 class FirstOutput(nn.Module):
@@ -111,18 +107,9 @@ TEXT: dict[str, Callable[[], tuple]] = {
     "stablelm": lambda: _text("StableLmConfig", num_key_value_heads=2, **SMALL),
     "olmo": lambda: _text("OlmoConfig", **SMALL),
     "gpt_neox": lambda: _text("GPTNeoXConfig", **SMALL),
-    "opt": lambda: _text(
-        "OPTConfig",
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        ffn_dim=128,
-        word_embed_proj_dim=64,
-    ),
+    "opt": lambda: _text("OPTConfig", ffn_dim=128, word_embed_proj_dim=64, **LAYERS),
     "bloom": lambda: _text("BloomConfig", hidden_size=64, n_layer=2, n_head=4),
-    "falcon": lambda: _text(
-        "FalconConfig", hidden_size=64, num_hidden_layers=2, num_attention_heads=4
-    ),
+    "falcon": lambda: _text("FalconConfig", **LAYERS),
     "gptj": lambda: _text("GPTJConfig", n_embd=64, n_layer=2, n_head=4, rotary_dim=8),
     "bart": lambda: _text(
         "BartConfig",
