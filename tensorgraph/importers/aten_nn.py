@@ -109,8 +109,8 @@ def _native_batch_norm(
 def _native_batch_norm_batch_stats(
     ctx: Context, x: Tensor, weight: Tensor | None, bias: Tensor | None, *rest: object
 ) -> tuple:
-    """Normalisation by the batch's own statistics: what instance norm (and group
-    norm's reference path) decomposes to, `training=True` over a (1, N*C, ...) view.
+    """Normalisation by the batch's own statistics: what instance norm decomposes to
+    (`training=True` over a (1, N*C, ...) view) and BatchNorm without running stats.
     Overloads: no_stats (training, momentum, eps) and with running stats (running_mean,
     running_var, training, momentum, eps); with running stats and training off it is
     inference normalisation. Statistics per channel (axis 1) over every other axis,
@@ -121,7 +121,7 @@ def _native_batch_norm_batch_stats(
         if not training:
             return (_batch_norm_inference(x, weight, bias, mean, var, eps), None, None)
     else:
-        training, _, eps = rest
+        _, _, eps = rest  # training (always true without stats), momentum
     axes = (0, *range(2, x.ndim))
     centred = x - tg.mean(x, axes, keepdims=True)
     y = centred * tg.rsqrt(tg.mean(centred * centred, axes, keepdims=True) + eps)
