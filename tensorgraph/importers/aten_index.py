@@ -76,6 +76,20 @@ def _flip(ctx: Context, x: Tensor, dims: Sequence[int]) -> Tensor:
     return x
 
 
+@handles("diagonal")
+def _diagonal(ctx: Context, x: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """torch's diagonal (a strided view there; a gather here): the other axes in order,
+    then the diagonal, element k at (k + max(-offset, 0), k + max(offset, 0))."""
+    d1, d2 = dim1 % x.ndim, dim2 % x.ndim
+    require(d1 != d2, "diagonal of an axis with itself")
+    rows, cols = x.shape[d1], x.shape[d2]
+    first = np.arange(max(0, min(rows + min(offset, 0), cols - max(offset, 0))))
+    flat_index = (first + max(-offset, 0)) * cols + first + max(offset, 0)
+    rest = [d for d in range(x.ndim) if d not in (d1, d2)]
+    moved = tg.transpose(x, (*rest, d1, d2)).reshape(*(x.shape[d] for d in rest), rows * cols)
+    return tg.take(moved, ctx.graph.constant(flat_index.astype(np.int32)), moved.ndim - 1)
+
+
 @handles("repeat")
 def _repeat(ctx: Context, x: Tensor, repeats: Sequence[int]) -> Tensor:
     # Tile: view x as (1, d0, 1, d1, ...), broadcast to (r0, d0, r1, d1, ...), merge pairs.

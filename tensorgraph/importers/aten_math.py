@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
+
 import tensorgraph as tg
 from tensorgraph.importers.aten import (
     ATEN,
@@ -215,6 +217,25 @@ def _bitwise(ctx: Context, a: object, b: object) -> Tensor:
     if dtype == tg.bool_:  # on bools (masks) the bitwise ops are the logical ones
         return {"and": tg.logical_and, "or": tg.logical_or, "xor": tg.not_equal}[kind](a, b)
     return {"and": tg.bitwise_and, "or": tg.bitwise_or, "xor": tg.bitwise_xor}[kind](a, b)
+
+
+@handles("__lshift__", "__rshift__", "bitwise_left_shift", "bitwise_right_shift")
+def _shift(ctx: Context, x: Tensor, bits: object) -> Tensor:
+    """Shifts by a constant count as arithmetic: x << k is x * 2**k (wrapping as the
+    shift does in two's complement) and x >> k is floor(x / 2**k) (the arithmetic
+    shift of signed integers, the logical one of unsigned). Counts from 0 to the
+    width - 1 only: torch leaves wider shifts to the platform."""
+    dtype = ctx.out_dtype
+    require(dtype.is_integer, f"{ctx.op} on {dtype}")
+    require(isinstance(x, Tensor), f"{ctx.op} of a scalar by a tensor")
+    require(isinstance(bits, int), f"{ctx.op} by a tensor of counts")
+    left = ctx.op in ("__lshift__", "bitwise_left_shift")
+    # 2**k must be positive in the dtype for the division (int8 >> 7 would divide by -128)
+    width = 8 * dtype.itemsize - (0 if left or dtype.name.startswith("u") else 1)
+    require(0 <= bits < width, f"{ctx.op} by {bits} bits of {dtype}")
+    scale = ctx.graph.constant(np.array(1 << bits).astype(dtype.to_numpy()))
+    x = cast(x, dtype)
+    return x * scale if left else tg.floor_divide(x, scale)
 
 
 @handles("bitwise_not")
