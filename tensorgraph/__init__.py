@@ -142,6 +142,7 @@ from tensorgraph.ir.math_functions import (
     tan,
     trunc,
 )
+from tensorgraph.ir.sorting import argsort, sort
 from tensorgraph.multi import MultiProgram, compile_entries
 from tensorgraph.runtime.state import State
 

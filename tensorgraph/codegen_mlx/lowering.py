@@ -363,4 +363,8 @@ def lowering_of(node: Node, in_range: frozenset[int] = frozenset()) -> Lowering:
     return LOWERINGS[node.op]
 
 
-from tensorgraph.codegen_mlx import fused, update_lowering  # noqa: E402, F401  (add to LOWERINGS)
+from tensorgraph.codegen_mlx import (  # noqa: E402, F401  (they add to LOWERINGS)
+    fused,
+    sort_lowering,
+    update_lowering,
+)

@@ -230,3 +230,34 @@ def _slice_scatter(
     dim %= x.ndim
     first = range(x.shape[dim])[slice(start, end)].start if x.shape[dim] else 0
     return tg.slice_update(x, cast(src, x.dtype), dim, first)
+
+
+# ---------------------------------------------------------------- sorting
+
+
+@handles("sort")
+def _sort(
+    ctx: Context,
+    x: Tensor,
+    dim: int = -1,
+    descending: bool = False,
+    *,
+    stable: bool | None = None,
+) -> tuple:
+    """(values, int64 positions). tensorgraph's order is stable; torch's unstable
+    default is free to order ties any way, so the stable one is a valid answer too."""
+    require(x.ndim >= 1, "sort of a 0-d tensor")
+    return tg.sort(x, dim, bool(descending)), tg.argsort(x, dim, bool(descending))
+
+
+@handles("topk")
+def _topk(
+    ctx: Context, x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
+) -> tuple:
+    """The k largest (or smallest) along `dim`, in order (torch leaves the order free
+    when sorted=False; in order is one of its answers), ties in their original order."""
+    require(x.ndim >= 1, "topk of a 0-d tensor")
+    axis = dim % x.ndim
+    require(0 <= k <= x.shape[axis], f"topk of {k} along an axis of {x.shape[axis]}")
+    values = tg.narrow(tg.sort(x, axis, bool(largest)), axis, 0, k)
+    return values, tg.narrow(tg.argsort(x, axis, bool(largest)), axis, 0, k)

@@ -191,6 +191,21 @@ def infer_scan(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     return x.shape, as_dtype(attrs["dtype"])
 
 
+def infer_sort(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """sort: x's shape and dtype (values in order along `axis`); argsort: their int64
+    positions. Numbers only: bools have no order worth a sort here."""
+    (x,) = xs
+    if x.dtype.name == "bool":
+        raise DTypeError(f"sorting needs numbers but {x.label} is bool")
+    _check_axes(x, (attrs["axis"],))
+    return x.shape, x.dtype
+
+
+def infer_argsort(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    shape, _ = infer_sort(xs, attrs)
+    return shape, as_dtype("int64")
+
+
 def infer_softmax(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     (x,) = xs
     _need_float(x, "softmax")

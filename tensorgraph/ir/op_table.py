@@ -13,6 +13,7 @@ from __future__ import annotations
 from tensorgraph.ir.inference import (
     infer_arange,
     infer_arg_reduce,
+    infer_argsort,
     infer_arith,
     infer_bitwise,
     infer_boundary,
@@ -33,6 +34,7 @@ from tensorgraph.ir.inference import (
     infer_scan,
     infer_slice_update,
     infer_softmax,
+    infer_sort,
     infer_take,
     infer_transpose,
     infer_unary,
@@ -124,6 +126,9 @@ for _name in ("argmax", "argmin"):
 _SCAN = {"axis": AttrSpec("int"), "dtype": AttrSpec("dtype")}
 for _name in ("cumsum", "cumprod"):
     register(OpDef(_name, 1, 1, infer_scan, _SCAN, category="reduction"))
+_SORT = {"axis": AttrSpec("int"), "descending": AttrSpec("bool", False)}
+register(OpDef("sort", 1, 1, infer_sort, _SORT, category="reduction"))
+register(OpDef("argsort", 1, 1, infer_argsort, _SORT, category="reduction"))
 for _name in ("softmax", "log_softmax"):
     register(OpDef(_name, 1, 1, infer_softmax, {"axis": AttrSpec("int")}, category="reduction"))
 

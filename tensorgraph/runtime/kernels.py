@@ -411,4 +411,4 @@ from tensorgraph.runtime import math_kernels, window_kernels  # noqa: E402
 
 KERNELS.update(math_kernels.KERNELS)
 KERNELS.update(window_kernels.KERNELS)
-from tensorgraph.runtime import fused_kernels, update_kernels  # noqa: E402, F401  (add to KERNELS)
+from tensorgraph.runtime import fused_kernels, sort_kernels, update_kernels  # noqa: E402, F401

@@ -1,6 +1,8 @@
-"""prod/any/all/argmin, cumsum/cumprod and gather on the MLX backend (eager and compiled)
-and the arena executor, against the NumPy reference (itself checked against loops in
-tests/ir/test_ops_scans.py); gather's out-of-range indices are a RunError everywhere."""
+"""prod/any/all/argmin, cumsum/cumprod, gather and sort/argsort on the MLX backend (eager
+and compiled) and the arena executor, against the NumPy reference (itself checked
+against loops in tests/ir/test_ops_scans.py); gather's out-of-range indices are a
+RunError everywhere. Sorting is also checked against torch's stable sort, NaN and ties
+included."""
 
 from __future__ import annotations
 
@@ -111,3 +113,40 @@ def test_gather_with_small_index_dtype_into_a_long_axis_needs_no_check() -> None
     index = g.input("i", (2, 3), tg.uint8)
     g.output(tg.gather(long, index, 1), tg.gather(short, index, 1))
     assert [n.inputs[0] for n in guarded_nodes(g)] == [short.id]
+
+
+@st.composite
+def sortable(draw: st.DrawFn) -> tuple[np.ndarray, int, bool]:
+    """An array with many ties (values from a small set), NaN in float ones, a 0-size
+    axis now and then; an axis and a direction."""
+    shape = tuple(draw(st.lists(st.integers(0, 6), min_size=1, max_size=3)))
+    dtype = draw(st.sampled_from([np.float32, np.float16, np.int32, np.int64, np.uint8]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    x = rng.integers(0, 4, shape).astype(dtype)
+    if np.dtype(dtype).kind == "f" and x.size:
+        x.flat[rng.integers(0, x.size)] = np.nan
+    return x, draw(st.integers(-len(shape), len(shape) - 1)), draw(st.booleans())
+
+
+@settings(max_examples=40, deadline=None)
+@given(sortable())
+def test_sort_and_argsort_equal_torchs_stable_sort_on_every_backend(case) -> None:
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+    x, axis, descending = case
+    values, positions = torch.sort(
+        torch.from_numpy(x), dim=axis, descending=descending, stable=True
+    )
+    g = tg.Graph("sort")
+    a = g.input("x", x.shape, tg.ir.as_dtype(x.dtype))
+    g.output(tg.sort(a, axis, descending), tg.argsort(a, axis, descending))
+    prog = tg.compile(g)
+    for backend, options in (("numpy", {}), ("arena", {}), ("mlx", {"mode": "eager"})):
+        got_values, got_positions = prog.run({"x": x}, backend=backend, **options)
+        assert got_values.dtype == x.dtype and got_positions.dtype == np.int64
+        np.testing.assert_array_equal(got_values, values.numpy(), err_msg=backend)
+        np.testing.assert_array_equal(got_positions, positions.numpy(), err_msg=backend)
+
+
+def test_sort_and_argsort_compiled_and_segmented() -> None:
+    x = RNG.integers(0, 3, (4, 9)).astype(np.float32)
+    run_all(lambda a: (tg.sort(a, 0, True), tg.argsort(a), tg.argsort(a, 0, True)), x)

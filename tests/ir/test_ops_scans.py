@@ -1,4 +1,5 @@
-"""prod/any/all/argmin, cumsum/cumprod (torch's dtype rule) and gather (torch.gather)
+"""prod/any/all/argmin, cumsum/cumprod (torch's dtype rule), gather (torch.gather) and
+sort/argsort (stable, either direction)
 through the builder, against loops over Python numbers or plain index arithmetic (see
 tests/ir/op_cases.py), never the kernels' own NumPy calls."""
 
@@ -307,6 +308,52 @@ for _dtype, _index_dtype in ((np.int8, np.int32), (np.bool_, np.uint8), (BF16, n
     )
 
 
+def line_by_line(fn, axis):
+    """`fn` (a list -> a list of the same length) applied to each 1-D line along `axis`."""
+
+    def apply(x):
+        moved = np.moveaxis(x, axis, -1)
+        lines = [fn(line.tolist()) for line in moved.reshape(-1, moved.shape[-1])]
+        return np.moveaxis(np.array(lines).reshape(moved.shape), -1, axis)
+
+    return apply
+
+
+def _ranks(line, descending):
+    """Python's sorted is stable in both directions (reverse keeps ties in order)."""
+    return sorted(range(len(line)), key=lambda i: line[i], reverse=descending)
+
+
+for _axis, _desc, _x in itertools.product(
+    (0, 1, -1), (False, True), (_TIES, ints(3, 4, 6, low=-3, high=3))
+):
+    _tag = f"axis={_axis}-descending={_desc}-{_x.dtype}"
+    case(
+        "argsort",
+        _tag,
+        [_x],
+        lambda x, a=_axis, d=_desc: tg.argsort(x, a, d),
+        tg.int64,
+        line_by_line(lambda line, d=_desc: _ranks(line, d), _axis),
+    )
+    case(
+        "sort",
+        _tag,
+        [_x],
+        lambda x, a=_axis, d=_desc: tg.sort(x, a, d),
+        as_dtype(_x.dtype),
+        line_by_line(lambda line, d=_desc: [line[i] for i in _ranks(line, d)], _axis),
+    )
+case(
+    "sort",
+    "float16",
+    [rand(4, 5, dtype=F16)],
+    tg.sort,
+    tg.float16,
+    line_by_line(sorted, -1),
+)
+
+
 @pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
 def test_inference_and_reference_numerics(c: Case) -> None:
     check_case(c)
@@ -321,6 +368,12 @@ def test_gather_index_outside_the_axis_is_a_run_error(bad) -> None:
     x, index = np.zeros((2, 4), np.float32), np.array([[0, bad]], np.int64)
     with pytest.raises(tg.RunError, match=rf"%\d+ gather: index {bad} is out of range"):
         build_and_run(lambda a, i: tg.gather(a, i, 1), (x, index))
+
+
+def test_sorting_bools_is_a_dtype_error() -> None:
+    g = tg.Graph("bad")
+    with pytest.raises(tg.DTypeError, match=r"%\d+ sort: sorting needs numbers but flags"):
+        tg.sort(g.input("flags", (3,), tg.bool_))
 
 
 @pytest.mark.parametrize(
