@@ -12,8 +12,8 @@ is left of the total), with a subprocess timeout as a backstop. A solved call mo
 feasible end to the height MiniMalloc reached (at most the capacity asked); NOT_FOUND
 or a timeout moves the other end up (a timeout proves nothing, so the result is an
 upper bound, as with MiniMalloc's own `--minimize_capacity`). Every solution is checked
-here (rows match the input, offsets >= 0, within capacity, no two buffers live at a
-common step share a byte) before it counts.
+before it counts: its rows against the input, its offsets by tensorgraph's
+`verify_assignment` at the capacity asked.
 
 Building the binary (offline; the submodules at the commits MiniMalloc pins):
 
@@ -48,12 +48,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from tensorgraph.planner import lower_bound
 from tensorgraph.planner.assign import greedy_size
-from tensorgraph.planner.buffers import Buffer
+from tensorgraph.planner.buffers import Assignment, Buffer
 from tensorgraph.planner.synthetic import random_buffers
+from tensorgraph.planner.verify import verify_assignment
 
 # The binary: $MINIMALLOC_BIN, else `minimalloc` on the PATH (None: not built here).
 DEFAULT_BINARY = os.environ.get("MINIMALLOC_BIN") or shutil.which("minimalloc")
@@ -102,26 +101,12 @@ def read_offsets(path: Path, buffers: Sequence[Buffer]) -> list[int]:
 
 
 def validate(buffers: Sequence[Buffer], offsets: Sequence[int], capacity: int) -> int:
-    """The height of a valid solution (max offset + size, at most `capacity`);
-    ValueError when an offset is negative, a buffer ends above `capacity`, or two
-    buffers live at a common step share a byte."""
-    start = np.array([b.start for b in buffers], dtype=np.int64)
-    end = np.array([b.end for b in buffers], dtype=np.int64)
-    size = np.array([b.size for b in buffers], dtype=np.int64)
-    low = np.array(offsets, dtype=np.int64)
-    high = low + size
-    if (low < 0).any():
-        raise ValueError("negative offset")
-    height = int(high.max(initial=0))
-    if height > capacity:
-        raise ValueError(f"height {height} above capacity {capacity}")
-    live = (start[:, None] < end[None, :]) & (start[None, :] < end[:, None])
-    memory = (low[:, None] < high[None, :]) & (low[None, :] < high[:, None])
-    clash = live & memory & (size[:, None] > 0) & (size[None, :] > 0)
-    np.fill_diagonal(clash, False)
-    if clash.any():
-        i, j = np.argwhere(clash)[0]
-        raise ValueError(f"buffers {i} and {j} overlap in time and memory")
+    """The height of MiniMalloc's solution (max offset + size), checked by tensorgraph's
+    own verifier (offsets in [0, capacity], no two buffers live together share a byte):
+    PlanError otherwise."""
+    height = max((o + b.size for o, b in zip(offsets, buffers, strict=True)), default=0)
+    placed = Assignment({b.id: o for b, o in zip(buffers, offsets, strict=True)}, capacity)
+    verify_assignment(buffers, placed)
     return height
 
 
