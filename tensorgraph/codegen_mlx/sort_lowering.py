@@ -21,7 +21,7 @@ def _order(node: Node, x: mx.array) -> mx.array:
         return mx.argsort(x, axis=axis)
     reverse = tuple(slice(None, None, -1) if a == axis else slice(None) for a in range(x.ndim))
     ranked = mx.argsort(x[reverse], axis=axis)
-    return (x.shape[axis] - 1) - ranked[reverse].astype(mx.int64)
+    return (x.shape[axis] - 1) - ranked[reverse]
 
 
 def _argsort(node: Node, args: Sequence[mx.array]) -> mx.array:

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tensorgraph.ir.node import Node
-from tensorgraph.runtime.kernels import Kernel, _lowest, _wide, _windows
+from tensorgraph.ir.window_inference import transposed_extent
+from tensorgraph.runtime.kernels import Kernel, _lowest, _operand, _wide, _windows
 
 
 def window_extra(size: int, out: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
@@ -182,7 +183,7 @@ def _conv_transpose2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     input (one batched matmul) lands on rows i * dilation + stride * h of a full-size
     canvas; the canvas is then cropped by the padding (output_padding extends the end).
     Taps are added in a fixed order, so the result is the same on every run."""
-    x, w = (_wide(a.astype(node.dtype.to_numpy(), copy=False)) for a in args)
+    x, w = (_operand(node, a) for a in args)
     n, _, oh, ow = node.shape
     groups = node.attr("groups")
     (sh, sw), (dh, dw) = node.attr("stride"), node.attr("dilation")
@@ -190,16 +191,10 @@ def _conv_transpose2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     _, c, h, wd = x.shape
     _, og, kh, kw = w.shape
     cg = c // groups
-    canvas = np.zeros(
-        (
-            n,
-            groups,
-            og,
-            max(oh + ph, (h - 1) * sh + (kh - 1) * dh + 1),
-            max(ow + pw, (wd - 1) * sw + (kw - 1) * dw + 1),
-        ),
-        dtype=x.dtype,
-    )
+    # every tap lands inside the unpadded extent; output_padding may reach past it
+    rows_needed = max(oh + ph, transposed_extent(h, kh, sh, 0, dh, 0))
+    cols_needed = max(ow + pw, transposed_extent(wd, kw, sw, 0, dw, 0))
+    canvas = np.zeros((n, groups, og, rows_needed, cols_needed), dtype=x.dtype)
     grouped = x.reshape(n, groups, cg, h * wd)
     weights = w.reshape(groups, cg, og, kh, kw)
     for i in range(kh):
