@@ -85,21 +85,24 @@ class Context:
         return to_dtype(dtype)
 
 
-def dynamic_dims(meta: torch.Tensor) -> bool:
-    """True when a dimension of torch's value `meta` is symbolic: a dynamic input
-    dimension, or one that depends on the data (nonzero, a boolean mask index)."""
-    return not all(isinstance(d, int) for d in meta.shape)
+def shape_problem(meta: torch.Tensor) -> str:
+    """'' when every dimension of torch's value `meta` is an int, else why tensorgraph
+    cannot plan it: a dynamic input dimension, or one that depends on the data (nonzero,
+    a boolean mask index). tensorgraph plans every buffer at a size known at compile time."""
+    if all(isinstance(d, int) for d in meta.shape):
+        return ""
+    return (
+        f"shape {tuple(meta.shape)} is dynamic or depends on the data; tensorgraph "
+        "plans static shapes (export with static example inputs, avoid nonzero and "
+        "boolean-mask indexing)"
+    )
 
 
 def static_shape(meta: torch.Tensor) -> tuple[int, ...]:
-    """`meta`'s shape as ints; Unsupported naming it when a dimension is symbolic
-    (tensorgraph plans every buffer at a size known at compile time)."""
-    if dynamic_dims(meta):
-        raise Unsupported(
-            f"shape {tuple(meta.shape)} is dynamic or depends on the data; tensorgraph "
-            "plans static shapes (export with static example inputs, avoid nonzero and "
-            "boolean-mask indexing)"
-        )
+    """`meta`'s shape as ints; Unsupported with `shape_problem` when it has one."""
+    problem = shape_problem(meta)
+    if problem:
+        raise Unsupported(problem)
     return tuple(meta.shape)
 
 

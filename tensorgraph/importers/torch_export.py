@@ -58,9 +58,9 @@ from tensorgraph.importers.aten import (
     Context,
     Handler,
     Unsupported,
-    dynamic_dims,
     handles,
     op_name,
+    shape_problem,
     static_shape,
     to_dtype,
 )
@@ -180,8 +180,9 @@ class _Importer:
             if meta.dtype not in DTYPES:
                 values[node.name] = self.fail(node, f"{spec.kind.name.lower()} of {meta.dtype}")
                 continue
-            if dynamic_dims(meta):
-                values[node.name] = self.fail(node, f"{spec.kind.name.lower()}: {_dynamic(meta)}")
+            if shape_problem(meta):
+                kind = spec.kind.name.lower()
+                values[node.name] = self.fail(node, f"{kind}: {shape_problem(meta)}")
                 continue
             shape, dtype = static_shape(meta), to_dtype(meta.dtype)
             if spec.kind.name == "USER_INPUT":
@@ -291,20 +292,11 @@ class _Importer:
         return None
 
 
-def _dynamic(meta: torch.Tensor) -> str:
-    """What static_shape says of a symbolic shape (the problem's text)."""
-    try:
-        static_shape(meta)
-    except Unsupported as err:
-        return str(err)
-    return ""
-
-
 def _check_result(result: object, meta: object) -> str:
     """'' when `result` has torch's shapes and dtypes `meta`, else what differs."""
     if isinstance(meta, torch.Tensor):
-        if dynamic_dims(meta):
-            return _dynamic(meta)
+        if shape_problem(meta):
+            return shape_problem(meta)
         if not isinstance(result, tg.Tensor):
             return f"handler returned {type(result).__name__}, torch gives a tensor"
         want = (static_shape(meta), DTYPES.get(meta.dtype))
