@@ -43,6 +43,7 @@ from bench_mlx_llama import CONFIGS as LLAMA_CONFIGS
 from bench_mlx_llama import hand_written
 
 import tensorgraph as tg
+from tensorgraph.codegen_mlx.stats import io_bytes, plan_bound
 from tensorgraph.models.llama import LlamaConfig, llama
 
 CONFIGS = {
@@ -97,9 +98,7 @@ def bench_config(name: str, config: LlamaConfig, device: str, runs: int) -> None
             outputs[contender] = out
     plan = prog.plan
     graph = prog.graph
-    io = sum(n.nbytes for n in graph.nodes if n.op == "input")
-    io += sum(graph.node(o).nbytes for o in graph.outputs)
-    bound = plan.arena_size + plan.constant_size + io
+    io, bound = io_bytes(graph), plan_bound(prog)
     resident = sum(v.nbytes for v in weights.values()) + tokens.nbytes
     reference = outputs["hand-written + compile"]
     scale = mx.max(mx.abs(reference)).item()

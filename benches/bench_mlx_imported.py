@@ -26,6 +26,7 @@ import torch
 from bench_mlx_gpu import MIB, measure_round
 
 import tensorgraph as tg
+from tensorgraph.codegen_mlx.stats import io_bytes, plan_bound
 
 # The suite is a test fixture, not part of the package (as in bench_vs_executorch.py).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -96,9 +97,7 @@ def bench_imported(name: str, device: str, runs: int, full: bool) -> None:
         read = torch_peak()
         peak["torch eager"] = None if read is None else max(peak["torch eager"], read)
     plan = prog.plan
-    io = sum(n.nbytes for n in graph.nodes if n.op == "input")
-    io += sum(graph.node(o).nbytes for o in graph.outputs)
-    bound = plan.arena_size + plan.constant_size + io
+    io, bound = io_bytes(graph), plan_bound(prog)
     resident = sum(v.nbytes for v in graph.param_values.values())
     resident += sum(n.nbytes for n in graph.nodes if n.op == "input")
     scale = float(np.max(np.abs(reference))) or 1.0

@@ -49,7 +49,7 @@ from tensorgraph.codegen_mlx.guards import (
 )
 from tensorgraph.codegen_mlx.lowering import lowering_of
 from tensorgraph.codegen_mlx.segments import run_segments, segment_schedule, trace_segment
-from tensorgraph.codegen_mlx.stats import RunStats
+from tensorgraph.codegen_mlx.stats import RunStats, io_bytes
 from tensorgraph.errors import RunError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
@@ -278,12 +278,10 @@ def segment_budget(program: object) -> int:
     For an entry of a MultiProgram the arena is the shared one (the largest entry's):
     the program holds that memory for its largest entry anyway, and a small entry (a
     decode step) then runs in few segments instead of one per few ops."""
-    graph, plan = program.graph, program.plan
-    io = sum(n.nbytes for n in graph.nodes if n.op == "input")
-    io += sum(graph.node(o).nbytes for o in graph.outputs)
+    plan = program.plan
     shared = shared_of(program)
     arena = plan.arena_size if shared is None else shared.arena_size
-    return arena + int(SLACK * (arena + plan.constant_size + io))
+    return arena + int(SLACK * (arena + plan.constant_size + io_bytes(program.graph)))
 
 
 def _segmented(program: object, device: mx.Device) -> tuple[tuple, tuple]:
@@ -418,7 +416,6 @@ def _run(
         if stats:
             seconds = time.perf_counter() - began
             above = max(mx.get_peak_memory() - baseline, 0)
-            io = sum(n.nbytes for n in graph.nodes if n.op == "input")
             _cache(program)["last-run"] = RunStats(
                 mode=mode,
                 device=str(target),
@@ -428,6 +425,6 @@ def _run(
                 resident=sum(held.values()),
                 arena_size=program.plan.arena_size,
                 constant_size=program.plan.constant_size,
-                io_size=io + sum(graph.node(o).nbytes for o in graph.outputs),
+                io_size=io_bytes(graph),
             )
         return outputs

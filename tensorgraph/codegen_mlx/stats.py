@@ -18,6 +18,19 @@ from __future__ import annotations
 from attrs import frozen
 
 
+def io_bytes(graph: object) -> int:
+    """The bytes of `graph`'s inputs plus its outputs: what the caller's feeds and the
+    returned arrays hold beside the arena (the `io_size` of a run)."""
+    inputs = sum(n.nbytes for n in graph.nodes if n.op == "input")
+    return inputs + sum(graph.node(o).nbytes for o in graph.outputs)
+
+
+def plan_bound(program: object) -> int:
+    """What `program`'s plan accounts for on MLX: arena + constant segment + io_bytes."""
+    plan = program.plan
+    return plan.arena_size + plan.constant_size + io_bytes(program.graph)
+
+
 @frozen
 class RunStats:
     """One MLX run: `mode` (as asked), `device`, `evaluations` (MLX evaluations
