@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-import tensorgraph as tg
 from tensorgraph.errors import GraphError
+from tensorgraph.ir import api as tg
 from tensorgraph.ir.tensor import Tensor
 
 DTYPES = {

@@ -26,10 +26,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import tensorgraph as tg
 from tensorgraph.errors import GraphError
 from tensorgraph.importers.aten import Context, handles
 from tensorgraph.importers.patterns import grouped_heads
+from tensorgraph.ir import api as tg
 from tensorgraph.ir.tensor import Tensor
 
 # the float epsilon torch's rms_norm uses when `eps` is None

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-import tensorgraph as tg
 from tensorgraph.importers.aten import Context, cast, handles, require, to_dtype
+from tensorgraph.ir import api as tg
 from tensorgraph.ir.tensor import Tensor
 
 # ---------------------------------------------------------------- slicing and selection

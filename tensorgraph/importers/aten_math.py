@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-import tensorgraph as tg
 from tensorgraph.importers.aten import (
     ATEN,
     Context,
@@ -25,6 +24,7 @@ from tensorgraph.importers.aten import (
     require,
     to_dtype,
 )
+from tensorgraph.ir import api as tg
 from tensorgraph.ir.tensor import Tensor
 
 # ---------------------------------------------------------------- unary

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import tensorgraph as tg
 from tensorgraph.importers.aten import Context, handles, require
+from tensorgraph.ir import api as tg
 from tensorgraph.ir.tensor import Tensor
 
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import tensorgraph as tg
 from tensorgraph.importers.aten import Context, cast, handles, require
 from tensorgraph.importers.aten_index import _wrap
 from tensorgraph.importers.patterns import first_row
+from tensorgraph.ir import api as tg
 from tensorgraph.ir.tensor import Tensor
 from tensorgraph.ir.updates import index_update
 

@@ -41,9 +41,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import tensorgraph as tg
 from tensorgraph.errors import GraphError
 from tensorgraph.importers.torch_export import _first_line, from_exported
+from tensorgraph.ir import api as tg
 
 try:
     import torch

@@ -16,7 +16,7 @@ emitted (never FX or parameter names) and answer None unless the equivalence is 
 
 from __future__ import annotations
 
-import tensorgraph as tg
+from tensorgraph.ir import api as tg
 from tensorgraph.ir.tensor import Tensor
 
 __all__ = ["first_row", "grouped_heads", "unrepeated_kv"]

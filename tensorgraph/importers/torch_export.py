@@ -34,8 +34,8 @@ import re
 
 import numpy as np
 
-import tensorgraph as tg
 from tensorgraph.errors import GraphError, TensorGraphError
+from tensorgraph.ir import api as tg
 from tensorgraph.passes.fold import fold_weights
 
 try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
@@ -22,8 +22,17 @@ from tensorgraph.planner.buffers import Buffer
 from tensorgraph.planner.liveness import WorkspaceId
 
 if TYPE_CHECKING:
-    from tensorgraph.compiler import Program
     from tensorgraph.planner.plan import MemoryPlan
+
+
+class Compiled(Protocol):
+    """What a program report reads of a compiled program (the driver's `Program` is
+    one): the planner stays below the driver and never imports it."""
+
+    source: Graph
+    graph: Graph
+    stats: Mapping[str, Mapping[str, object]]
+    plan: MemoryPlan
 
 WIDTH = 100
 UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -213,7 +222,7 @@ def _pass_table(stats: Mapping[str, Mapping[str, object]]) -> list[str]:
     return lines
 
 
-def format_program_report(program: Program) -> str:
+def format_program_report(program: Compiled) -> str:
     """A compiled program's report: node counts, the pass table, the schedule stats, then
     the plan's report (`MemoryPlan.report`). Lines fit in `WIDTH` characters."""
     lines = [
