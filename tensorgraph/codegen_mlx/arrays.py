@@ -15,6 +15,7 @@ import numpy as np
 MX_DTYPES: dict[str, mx.Dtype] = {
     "bool": mx.bool_,
     "uint8": mx.uint8,
+    "uint32": mx.uint32,
     "int8": mx.int8,
     "int16": mx.int16,
     "int32": mx.int32,

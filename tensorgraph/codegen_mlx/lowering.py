@@ -365,6 +365,7 @@ def lowering_of(node: Node, in_range: frozenset[int] = frozenset()) -> Lowering:
 
 from tensorgraph.codegen_mlx import (  # noqa: E402, F401  (they add to LOWERINGS)
     fused,
+    quant_lowering,
     sort_lowering,
     update_lowering,
 )

@@ -90,6 +90,7 @@ from tensorgraph.ir.dtypes import (
     int32,
     int64,
     uint8,
+    uint32,
 )
 from tensorgraph.ir.functions import (
     all,
@@ -136,6 +137,11 @@ from tensorgraph.ir.math_functions import (
     tan,
     trunc,
 )
+from tensorgraph.ir.quantized import (
+    dequantize,
+    quantized_matmul,
+    quantized_take,
+)
 from tensorgraph.ir.sorting import (
     argsort,
     sort,
@@ -179,6 +185,7 @@ __all__ = [
     "cos",
     "cumprod",
     "cumsum",
+    "dequantize",
     "divide",
     "equal",
     "erf",
@@ -230,6 +237,8 @@ __all__ = [
     "permute",
     "power",
     "prod",
+    "quantized_matmul",
+    "quantized_take",
     "reciprocal",
     "relu",
     "remainder",
@@ -259,6 +268,7 @@ __all__ = [
     "transpose",
     "trunc",
     "uint8",
+    "uint32",
     "upsample_bilinear2d",
     "upsample_nearest2d",
     "where",

@@ -44,6 +44,7 @@ class DType:
 
 bool_ = DType("bool", 1, "bool")
 uint8 = DType("uint8", 1, "uint")
+uint32 = DType("uint32", 4, "uint")  # packed quantized weights (ir.quantized)
 int8 = DType("int8", 1, "int")
 int16 = DType("int16", 2, "int")
 int32 = DType("int32", 4, "int")
@@ -53,12 +54,13 @@ bfloat16 = DType("bfloat16", 2, "float")
 float32 = DType("float32", 4, "float")
 
 DTYPES: dict[str, DType] = {
-    d.name: d for d in (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32)
+    d.name: d for d in (bool_, uint8, uint32, int8, int16, int32, int64, float16, bfloat16, float32)
 }
 
 _NUMPY: dict[str, np.dtype] = {
     "bool": np.dtype(np.bool_),
     "uint8": np.dtype(np.uint8),
+    "uint32": np.dtype(np.uint32),
     "int8": np.dtype(np.int8),
     "int16": np.dtype(np.int16),
     "int32": np.dtype(np.int32),

@@ -296,4 +296,4 @@ register(
         category="pool",
     )
 )
-from tensorgraph.ir import updates  # noqa: E402, F401  (registers index_update)
+from tensorgraph.ir import quantized, updates  # noqa: E402, F401  (they register ops)

@@ -21,19 +21,17 @@ it, step by step, so a reduced-precision weight's scales are rounded once at the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import ml_dtypes
 import numpy as np
 from attrs import frozen
 
 from tensorgraph.errors import DTypeError, ShapeError
+from tensorgraph.ir.node import Node
+from tensorgraph.ir.quantized import check_quantization
+from tensorgraph.runtime.kernels import KERNELS
 
-# mode -> (the bits it takes, the group sizes it takes)
-MODES = {
-    "affine": ((2, 3, 4, 5, 6, 8), (32, 64, 128)),
-    "mxfp4": ((4,), (32,)),
-    "nvfp4": ((4,), (16,)),
-    "mxfp8": ((8,), (32,)),
-}
 # the E2M1 values of the 4-bit float codes 0..15 (code 8 is -0.0)
 FP4_VALUES = np.array(
     [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32
@@ -63,13 +61,7 @@ class QuantSpec:
 def check_spec(mode: str, bits: int, group_size: int) -> QuantSpec:
     """The QuantSpec of (`mode`, `bits`, `group_size`), or a ShapeError naming the value
     MLX does not accept and what it accepts."""
-    if mode not in MODES:
-        raise ShapeError(f"unknown quantization mode {mode!r}; choose one of {', '.join(MODES)}")
-    widths, groups = MODES[mode]
-    if bits not in widths:
-        raise ShapeError(f"{mode} quantization takes bits {widths}, not {bits!r}")
-    if group_size not in groups:
-        raise ShapeError(f"{mode} quantization takes group sizes {groups}, not {group_size!r}")
+    check_quantization(mode, bits, group_size)
     return QuantSpec(mode, bits, group_size)
 
 
@@ -216,3 +208,29 @@ def check_dtype(dtype: np.dtype) -> None:
     """DTypeError unless `dtype` is one of the floats weights are stored in."""
     if np.dtype(dtype) not in FLOAT_DTYPES:
         raise DTypeError(f"quantized weights are float32, float16 or bfloat16, not {dtype}")
+
+
+# ---------------------------------------------------------------- the IR's kernels
+
+
+def spec_of(node: Node) -> QuantSpec:
+    """The QuantSpec of a `dequantize` or `quantized_matmul` node's attributes."""
+    return QuantSpec(node.attr("mode"), node.attr("bits"), node.attr("group_size"))
+
+
+def _dequantize(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    w, scales, *biases = args
+    return dequantize(
+        w, scales, biases[0] if biases else None, spec_of(node), node.dtype.to_numpy()
+    )
+
+
+def _quantized_matmul(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """x @ W.T (or x @ W) in float32, W dequantized exactly; rounded once by `evaluate`."""
+    x, w, scales, *biases = args
+    weight = dequantize(w, scales, biases[0] if biases else None, spec_of(node), x.dtype)
+    weight = weight.astype(np.float32)
+    return np.matmul(x.astype(np.float32), weight.T if node.attr("transpose") else weight)
+
+
+KERNELS.update({"dequantize": _dequantize, "quantized_matmul": _quantized_matmul})

@@ -22,6 +22,7 @@ def test_item_sizes_and_kinds() -> None:
     assert table == {
         "bool": (1, "bool"),
         "uint8": (1, "uint"),
+        "uint32": (4, "uint"),
         "int8": (1, "int"),
         "int16": (2, "int"),
         "int32": (4, "int"),

@@ -21,6 +21,7 @@ from tests.ir import (
     test_ops_reductions,
     test_ops_scans,
     test_ops_windows,
+    test_quantized,
     test_updates,
 )
 from tests.ir.op_cases import (
@@ -46,6 +47,7 @@ TABLES = (
     test_ops_windows,
     test_fused,
     test_updates,
+    test_quantized,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand

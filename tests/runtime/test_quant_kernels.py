@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from tensorgraph.codegen_mlx.arrays import to_mx, to_numpy
 from tensorgraph.errors import DTypeError, ShapeError
+from tensorgraph.ir.quantized import MODES
 from tensorgraph.runtime.quant_kernels import (
-    MODES,
     QuantSpec,
     _pack,
     _unpack,

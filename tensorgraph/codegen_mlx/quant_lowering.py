@@ -1,0 +1,59 @@
+"""MLX lowerings of `dequantize` and `quantized_matmul` (`ir.quantized`), added to
+`LOWERINGS` on import: MLX's own `mx.dequantize` and `mx.quantized_matmul`, whose layout
+the IR shares, so a quantized weight reaches MLX as it is stored (no repacking).
+
+`mx.dequantize` gives the values the oracle gives bit for bit (runtime.quant_kernels);
+`mx.quantized_matmul` accumulates in its own order and precision, so it agrees with the
+oracle's float32 product to the rounding of the reduction, as a float matmul does.
+MLX wants at least two axes for a packed weight: a 1-D one (a single row taken from
+an embedding table) is lowered as one row and reshaped back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+
+from tensorgraph.codegen_mlx.arrays import MX_DTYPES
+from tensorgraph.codegen_mlx.lowering import LOWERINGS, _lowered
+from tensorgraph.ir.node import Node
+
+
+def _options(node: Node) -> dict:
+    return {
+        "group_size": node.attr("group_size"),
+        "bits": node.attr("bits"),
+        "mode": node.attr("mode"),
+    }
+
+
+def _dequantize(node: Node, args: Sequence[mx.array]) -> mx.array:
+    w, scales, *biases = args
+    if w.ndim < 2:
+        w, scales, biases = w[None], scales[None], [b[None] for b in biases]
+    if node.attr("mode") == "affine":
+        out = mx.dequantize(w, scales, biases[0], **_options(node))
+    else:
+        out = mx.dequantize(w, scales, dtype=MX_DTYPES[node.dtype.name], **_options(node))
+    return out.reshape(node.shape)
+
+
+def _quantized_matmul(node: Node, args: Sequence[mx.array]) -> mx.array:
+    x, w, scales, *biases = args
+    return mx.quantized_matmul(
+        x,
+        w,
+        scales,
+        biases[0] if biases else None,
+        transpose=node.attr("transpose"),
+        **_options(node),
+    )
+
+
+LOWERINGS.update(
+    {
+        "dequantize": _lowered("dequantize", _dequantize),
+        "quantized_matmul": _lowered("quantized_matmul", _quantized_matmul),
+    }
+)
