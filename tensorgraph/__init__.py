@@ -22,6 +22,7 @@ from tensorgraph.errors import (
 from tensorgraph.ir.api import *  # noqa: F403  (graphs, dtypes, op functions: ir/api.py)
 from tensorgraph.ir.graph import Graph
 from tensorgraph.multi import MultiProgram, compile_entries
+from tensorgraph.passes.quantize import quantize
 from tensorgraph.runtime.state import State
 
 __version__ = "0.1.0"

@@ -38,6 +38,9 @@ SMALL_FOLD = 1 << 16  # bytes: a value this small folds whatever it is computed 
 # (T5's (4, 128, 128) bias is half of a 2-layer, 64-wide config's): folding it trades
 # arena bytes for as many constant bytes and saves its computation on every run.
 GROWTH_SHARE = 1 / 2
+# A dequantized weight stays a run-time value: the user quantized the graph to hold the
+# small form (passes/quantize.py), and folding would store the float one beside it.
+NEVER_FOLDED = frozenset({"dequantize"})
 
 
 def _static_values(graph: Graph) -> dict[int, object]:
@@ -52,6 +55,7 @@ def _static_values(graph: Graph) -> dict[int, object]:
         elif (
             not OPS[node.op].boundary
             and OPS[node.op].pure
+            and node.op not in NEVER_FOLDED
             and all(i in static for i in node.inputs)
         ):
             sources = sum(static[i].nbytes for i in set(node.inputs))
