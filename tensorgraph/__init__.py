@@ -23,6 +23,7 @@ from tensorgraph.ir.api import *  # noqa: F403  (graphs, dtypes, op functions: i
 from tensorgraph.ir.graph import Graph
 from tensorgraph.multi import MultiProgram, compile_entries
 from tensorgraph.passes.quantize import quantize
+from tensorgraph.passes.to_dtype import to_dtype
 from tensorgraph.runtime.state import State
 
 __version__ = "0.1.0"

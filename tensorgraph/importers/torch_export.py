@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 
+import ml_dtypes
 import numpy as np
 
 from tensorgraph.errors import GraphError, TensorGraphError
@@ -107,6 +108,15 @@ def decomposition_table() -> dict:
         if name in FUSED_COMPOSITES and name in ATEN:
             table.pop(op)
     return table
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """`tensor` as a NumPy array of the same dtype and bits: bfloat16, which NumPy lacks,
+    travels as its 16-bit patterns into ml_dtypes' bfloat16."""
+    tensor = tensor.detach().cpu().contiguous()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
 
 
 def from_torch(module: torch.nn.Module, example_inputs: tuple, name: str | None = None) -> tg.Graph:
@@ -215,7 +225,7 @@ class _Importer:
 
     def value(self, target: str) -> np.ndarray:
         """The current value of a parameter, buffer or lifted constant, as NumPy."""
-        return self.tensors[target].detach().cpu().contiguous().numpy()
+        return to_numpy(self.tensors[target])
 
     def state(self, node: torch.fx.Node, target: str) -> object:
         """A mutated buffer as a state named `target`. A state starts as zeros, so a
