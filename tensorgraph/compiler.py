@@ -194,6 +194,26 @@ def _check_options(options: CompileOptions) -> None:
         raise PlanError(f"tail_guard must be an integer >= 0 but got {guard!r}")
 
 
+def _check_state_region(states: object) -> None:
+    """PlanError unless `states` is a (layout: state name -> int offset, size: int) pair;
+    whether the offsets are sound for the graph is `verify_plan`'s to prove."""
+
+    def is_int(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not (
+        isinstance(states, tuple | list)
+        and len(states) == 2
+        and isinstance(states[0], Mapping)
+        and all(isinstance(k, str) and is_int(v) for k, v in states[0].items())
+        and is_int(states[1])
+    ):
+        raise PlanError(
+            "states must be a (layout: dict of state name -> int offset, size: int) pair "
+            f"but got {states!r}"
+        )
+
+
 def _rewrite(
     graph: Graph, options: CompileOptions, debug: bool
 ) -> tuple[Graph, dict[str, dict[str, object]]]:
@@ -286,7 +306,8 @@ def compile(
     `params_in_arena` plans params and constants inside the arena instead of a separate
     constant segment; `tail_guard` adds that many bytes after every boundary buffer.
     `states` is the state region's (layout, size) when compiling an entry of a
-    multi-entry program (None: this graph's own states).
+    multi-entry program (None: this graph's own states); `verify_plan` proves its
+    states aligned, inside the region and disjoint.
     Raises GraphError on an unknown pass or an invalid graph, PlanError on a bad option
     or a plan that fails verification."""
     from tensorgraph.planner.plan import plan_memory
@@ -325,6 +346,8 @@ def compile(
         tail_guard,
     )
     _check_options(options)
+    if states is not None:
+        _check_state_region(states)
     debug = debug_default() if debug is None else debug
     verify(graph)
     if not graph.outputs:
