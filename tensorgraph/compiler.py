@@ -104,14 +104,14 @@ class Program:
         committed, not returned) for `inputs` and `params` (bound params need not be
         given). A graph with states reads and updates `state` (a `State` from
         `new_state(backend)`; None: the program's own, `state(backend)`), see
-        tensorgraph/runtime/calls.py. NumPy arrays in give NumPy arrays out; on the MLX backend,
+        tensorgraph/calls.py. NumPy arrays in give NumPy arrays out; on the MLX backend,
         any mx.array feed gives mx.array outputs that stay on the device (mx.array feeds
         are checked as strictly as NumPy ones). RunError names a missing, extra or
         mistyped input; `backend` is one of BACKENDS. `options` go to the backend; the
         MLX backend's are `mode` ("auto", "eager", "compiled"), `device` ("cpu", "gpu")
         and `stats` (record a RunStats for `tensorgraph.codegen_mlx.last_run(prog)`):
         see tensorgraph/codegen_mlx/executor.py."""
-        from tensorgraph.runtime.calls import call
+        from tensorgraph.calls import call
 
         if backend not in BACKENDS:
             raise RunError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -119,11 +119,11 @@ class Program:
 
     def new_state(self, backend: str = "mlx") -> object:
         """A fresh `State` (every state zeros) of this program for `backend`."""
-        from tensorgraph.runtime.state import State, state_specs
+        from tensorgraph.calls import new_state
+        from tensorgraph.runtime.state import state_specs
 
-        return State(
-            state_specs([self.graph]), self.plan.state_layout, self.plan.state_size, backend
-        )
+        specs = state_specs([self.graph])
+        return new_state(specs, self.plan.state_layout, self.plan.state_size, backend)
 
     def state(self, backend: str = "mlx") -> object:
         """The program's own `State` for `backend`: what `run` uses when given none,

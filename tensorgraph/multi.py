@@ -152,10 +152,11 @@ class MultiProgram:
 
     def new_state(self, backend: str = "mlx") -> object:
         """A fresh `State` (zeros) holding every state of every entry, for `backend`."""
-        from tensorgraph.runtime.state import State, state_specs
+        from tensorgraph.calls import new_state
+        from tensorgraph.runtime.state import state_specs
 
         specs = state_specs(p.graph for p in self.entries.values())
-        return State(specs, self.state_layout, self.state_size, backend)
+        return new_state(specs, self.state_layout, self.state_size, backend)
 
     def state(self, backend: str = "mlx") -> object:
         """This program's own State for `backend` (zeros at first, kept across calls)."""
