@@ -17,7 +17,9 @@ graph without states it is the backend's executor. For a graph with states
    (codegen_mlx/state.py says when it donates the old ones);
 4. returns only the outputs the caller asked for (`graph.returned`).
 
-Invariant: a call that raises leaves every state as it was.
+Invariant: a call that raises leaves every state as it was (the one exception, MLX
+failing inside a call it was handed a state's buffer for, marks that state lost: a
+RunError until it is reset, never a silently changed value).
 `new_state` makes the State of each backend: the NumPy oracles' own, or the MLX
 backend's subclass.
 """

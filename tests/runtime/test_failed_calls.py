@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import tensorgraph as tg
@@ -107,7 +107,6 @@ def _calls(draw: st.DrawFn) -> list[tuple[str, int, int]]:
     return draw(st.lists(st.tuples(entry, value, seed), min_size=1, max_size=8))
 
 
-@settings(max_examples=25, deadline=None)
 @given(_calls(), st.sampled_from(["auto", "eager", "compiled"]))
 def test_interleaved_valid_and_failed_calls_keep_every_state_equal_to_a_reference(
     calls, mode
