@@ -117,13 +117,15 @@ def test_verify_state_layout_names_the_culprits() -> None:
 
 
 def _tampered(tmp_path, edit) -> object:
-    """Save a two-state program, apply `edit` to its record, load the result."""
+    """Save a two-state program, apply `edit` to its plan's record (given the program
+    too), and return the path of the edited file."""
     path = tmp_path / "p.tgp"
-    tg.compile(_states_graph((4, 4)), passes=()).save(path)
+    program = tg.compile(_states_graph((4, 4)), passes=())
+    program.save(path)
     with zipfile.ZipFile(path) as archive:
         members = {name: archive.read(name) for name in archive.namelist()}
     document = json.loads(members["program.json"])
-    edit(document["plan"])
+    edit(document["plan"], program)
     members["program.json"] = json.dumps(document).encode()
     bad = tmp_path / "bad.tgp"
     with zipfile.ZipFile(bad, "w") as archive:
@@ -132,17 +134,22 @@ def _tampered(tmp_path, edit) -> object:
     return bad
 
 
-def _overlap(plan: dict) -> None:
+def _overlap(plan: dict, program: tg.Program) -> None:
     plan["state_layout"]["b"] = plan["state_layout"]["a"]
 
 
-def _outside(plan: dict) -> None:
+def _outside(plan: dict, program: tg.Program) -> None:
     plan["state_size"] = plan["state_layout"]["b"] + 8  # b's last 8 bytes past the end
 
 
-def _misaligned(plan: dict) -> None:
+def _misaligned(plan: dict, program: tg.Program) -> None:
     plan["state_layout"]["b"] += 16  # inside the region, clear of a, off the 64-byte grid
     plan["state_size"] += 64
+
+
+def _in_the_arena(plan: dict, program: tg.Program) -> None:
+    state = program.graph.states[0]  # given an arena offset: its bytes would move there
+    plan["buffer_offsets"].append([state.id, 0])
 
 
 @pytest.mark.parametrize(
@@ -151,6 +158,7 @@ def _misaligned(plan: dict) -> None:
         (_overlap, r"states 'a' \(bytes \[0, 16\)\) and 'b' \(bytes \[0, 16\)\) overlap"),
         (_outside, r"state 'b' \(bytes \[64, 80\)\) lies outside the state region of 72 bytes"),
         (_misaligned, r"state 'b' \(bytes \[80, 96\)\) is not aligned to 64 bytes"),
+        (_in_the_arena, r"%\d+ state 'a': planned at arena\+0, not at its state layout offset 0"),
     ],
 )
 def test_a_tampered_state_layout_in_a_file_is_refused(tmp_path, edit, message) -> None:
