@@ -94,7 +94,8 @@ def call(
     if state is None:
         state = program.state(backend)
     if state not in checked:
-        check_state(state, backend, graph, states)
+        plan = program.plan
+        check_state(state, backend, graph, states, (plan.state_layout, plan.state_size))
         checked.add(state)
     state.check_usable()
     if checks and backend != "mlx":  # the MLX executor checks them itself (its guards)

@@ -149,11 +149,16 @@ def state_specs(graphs: Iterable[Graph]) -> dict[str, tuple[tuple[int, ...], np.
 
 
 def check_state(
-    state: State, backend: str, graph: Graph, states: Sequence[Node] | None = None
+    state: State,
+    backend: str,
+    graph: Graph,
+    states: Sequence[Node] | None = None,
+    region: tuple[Mapping[str, int], int] | None = None,
 ) -> None:
     """RunError unless `state` is for `backend` and holds every state `graph` declares
     (`states`: `graph.states`, when the caller keeps it), with the declared shape and
-    dtype."""
+    dtype; for the arena backend, also laid out as `region` (the plan's state layout
+    and size) says, as the arena executor reads and writes the region by the plan."""
     if not isinstance(state, State):
         raise RunError(f"state must be a tensorgraph State but got {type(state).__name__}")
     if state.backend != backend:
@@ -168,6 +173,15 @@ def check_state(
                 f"graph {graph.name!r}: state {node.name!r} ({node.shape} {node.dtype}) is "
                 "not in the given State, or has another shape or dtype"
             )
+        if backend == "arena" and region is not None:
+            layout, size = region
+            if state.size != size or state.layout.get(node.name) != layout[node.name]:
+                raise RunError(
+                    f"graph {graph.name!r}: state {node.name!r} lies at offset "
+                    f"{state.layout.get(node.name)} of a {state.size}-byte region in the "
+                    f"given State, but the plan puts it at {layout[node.name]} of {size} "
+                    "bytes (a State made by another program)"
+                )
 
 
 @frozen

@@ -183,3 +183,20 @@ def test_a_multi_entry_layout_is_checked_across_entries() -> None:
     }
     with pytest.raises(tg.PlanError, match=r"'a'.*'b'.*overlap"):
         tg.MultiProgram.assemble(entries)
+
+
+def test_an_arena_state_laid_out_by_another_program_is_refused() -> None:
+    """Same states, same region size, swapped offsets: the arena executor writes by the
+    running program's plan, so the State would read a's bytes as b's."""
+    g = _states_graph((4, 4))
+    first = tg.compile(g, states=({"a": 0, "b": 64}, 128))
+    swapped = tg.compile(g, states=({"a": 64, "b": 0}, 128))
+    state = first.new_state("arena")
+    x = np.arange(4, dtype=np.float32)
+    with pytest.raises(tg.RunError, match=r"state 'a' lies at offset 0 .* plan puts it at 64"):
+        swapped.run({"x": x}, backend="arena", state=state)
+    assert not state.region.any()
+    for backend in ("numpy", "mlx"):  # states by name: any program's State of them serves
+        other = first.new_state(backend)
+        swapped.run({"x": x}, backend=backend, state=other)
+        np.testing.assert_array_equal(other["b"], 2 * x)
