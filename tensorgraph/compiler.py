@@ -104,14 +104,14 @@ class Program:
         committed, not returned) for `inputs` and `params` (bound params need not be
         given). A graph with states reads and updates `state` (a `State` from
         `new_state(backend)`; None: the program's own, `state(backend)`), see
-        tensorgraph/runtime/calls.py. NumPy arrays in give NumPy arrays out; on the MLX backend,
+        tensorgraph/calls.py. NumPy arrays in give NumPy arrays out; on the MLX backend,
         any mx.array feed gives mx.array outputs that stay on the device (mx.array feeds
         are checked as strictly as NumPy ones). RunError names a missing, extra or
         mistyped input; `backend` is one of BACKENDS. `options` go to the backend; the
         MLX backend's are `mode` ("auto", "eager", "compiled"), `device` ("cpu", "gpu")
         and `stats` (record a RunStats for `tensorgraph.codegen_mlx.last_run(prog)`):
         see tensorgraph/codegen_mlx/executor.py."""
-        from tensorgraph.runtime.calls import call
+        from tensorgraph.calls import call
 
         if backend not in BACKENDS:
             raise RunError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -119,11 +119,11 @@ class Program:
 
     def new_state(self, backend: str = "mlx") -> object:
         """A fresh `State` (every state zeros) of this program for `backend`."""
-        from tensorgraph.runtime.state import State, state_specs
+        from tensorgraph.calls import new_state
+        from tensorgraph.runtime.state import state_specs
 
-        return State(
-            state_specs([self.graph]), self.plan.state_layout, self.plan.state_size, backend
-        )
+        specs = state_specs([self.graph])
+        return new_state(specs, self.plan.state_layout, self.plan.state_size, backend)
 
     def state(self, backend: str = "mlx") -> object:
         """The program's own `State` for `backend`: what `run` uses when given none,
@@ -192,6 +192,26 @@ def _check_options(options: CompileOptions) -> None:
     guard = options.tail_guard
     if isinstance(guard, bool) or not isinstance(guard, int) or guard < 0:
         raise PlanError(f"tail_guard must be an integer >= 0 but got {guard!r}")
+
+
+def _check_state_region(states: object) -> None:
+    """PlanError unless `states` is a (layout: state name -> int offset, size: int) pair;
+    whether the offsets are sound for the graph is `verify_plan`'s to prove."""
+
+    def is_int(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not (
+        isinstance(states, tuple | list)
+        and len(states) == 2
+        and isinstance(states[0], Mapping)
+        and all(isinstance(k, str) and is_int(v) for k, v in states[0].items())
+        and is_int(states[1])
+    ):
+        raise PlanError(
+            "states must be a (layout: dict of state name -> int offset, size: int) pair "
+            f"but got {states!r}"
+        )
 
 
 def _rewrite(
@@ -286,7 +306,8 @@ def compile(
     `params_in_arena` plans params and constants inside the arena instead of a separate
     constant segment; `tail_guard` adds that many bytes after every boundary buffer.
     `states` is the state region's (layout, size) when compiling an entry of a
-    multi-entry program (None: this graph's own states).
+    multi-entry program (None: this graph's own states); `verify_plan` proves its
+    states aligned, inside the region and disjoint.
     Raises GraphError on an unknown pass or an invalid graph, PlanError on a bad option
     or a plan that fails verification."""
     from tensorgraph.planner.plan import plan_memory
@@ -325,6 +346,8 @@ def compile(
         tail_guard,
     )
     _check_options(options)
+    if states is not None:
+        _check_state_region(states)
     debug = debug_default() if debug is None else debug
     verify(graph)
     if not graph.outputs:

@@ -30,7 +30,6 @@ holds every state of every entry.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import os
 import weakref
 from collections.abc import Mapping
@@ -153,10 +152,11 @@ class MultiProgram:
 
     def new_state(self, backend: str = "mlx") -> object:
         """A fresh `State` (zeros) holding every state of every entry, for `backend`."""
-        from tensorgraph.runtime.state import State, state_specs
+        from tensorgraph.calls import new_state
+        from tensorgraph.runtime.state import state_specs
 
         specs = state_specs(p.graph for p in self.entries.values())
-        return State(specs, self.state_layout, self.state_size, backend)
+        return new_state(specs, self.state_layout, self.state_size, backend)
 
     def state(self, backend: str = "mlx") -> object:
         """This program's own State for `backend` (zeros at first, kept across calls)."""
@@ -192,16 +192,13 @@ class MultiProgram:
 
 
 def _check_layout(entries: Mapping[str, object], layout: Mapping[str, int], size: int) -> None:
-    spans = {}
-    for program in entries.values():
-        for node in program.graph.states:
-            spans[node.name] = (layout[node.name], layout[node.name] + node.nbytes)
-    ordered = sorted(spans.items(), key=lambda item: item[1])
-    for (a, (_, a_end)), (b, (b_low, _)) in itertools.pairwise(ordered):
-        if b_low < a_end:
-            raise PlanError(f"states {a!r} and {b!r} overlap in the state region")
-    if ordered and ordered[-1][1][1] > size:
-        raise PlanError(f"state {ordered[-1][0]!r} reaches past the {size}-byte state region")
+    """PlanError unless the states of all entries lie disjoint inside the region (each
+    entry's `verify_plan` checked its own states, alignment included, but not against
+    the states only other entries declare)."""
+    from tensorgraph.planner.check import verify_state_layout
+
+    sizes = {n.name: n.nbytes for p in entries.values() for n in p.graph.states}
+    verify_state_layout(sizes, layout, size)
 
 
 def _share_weights(entries: Mapping[str, object]) -> None:

@@ -111,8 +111,8 @@ def _host_checks(program: object) -> tuple:
 
 
 def _in_range(program: object) -> frozenset[int]:
-    """Ids of the nodes whose indices are a graph input that `_check_on_host` proves in
-    range before every run: their traces need no index replacement pass
+    """Ids of the nodes whose indices are a graph input or a state that `_check_on_host`
+    proves in range before every run: their traces need no index replacement pass
     (gathers.IN_RANGE). Indices computed from inputs are checked on the host too, but
     keep the device-side pass: MLX might round or wrap a computed value differently
     from NumPy, and an unchecked out-of-range index reads out of bounds."""
@@ -121,22 +121,25 @@ def _in_range(program: object) -> frozenset[int]:
         cache["in-range"] = frozenset(
             check.node.id
             for check in _host_checks(program)
-            if len(check.cone) == 1 and check.cone[0].op == "input"
+            if len(check.cone) == 1 and check.cone[0].op in ("input", "state")
         )
     return cache["in-range"]
 
 
-def _check_on_host(program: object, feeds: dict[int, object], device: mx.Device) -> None:
-    """Check the indices and positions computable from the feeds on the host (guards.py,
-    tier 3). When one is out of range: a graph with states raises that RunError now,
-    before anything touches the state; a stateless one runs eagerly with every guard,
-    which raises the first broken precondition in schedule order, as the other
-    executors and the oracle do (the host's check is in graph order)."""
+def _check_on_host(
+    program: object, feeds: dict[int, object], device: mx.Device, state: object | None
+) -> None:
+    """Check the indices and positions computable from the feeds and the small states
+    of `state` on the host (guards.py, tier 3). When one is out of range: a graph with
+    states raises that RunError now, before anything touches the state; a stateless one
+    runs eagerly with every guard, which raises the first broken precondition in
+    schedule order, as the other executors and the oracle do (the host's check is in
+    graph order)."""
     checks = _host_checks(program)
     if not checks:
         return
     try:
-        check_indices(program.graph, checks, feeds)
+        check_indices(program.graph, checks, feeds, state)
     except RunError:
         graph = program.graph
         if graph.states:
@@ -326,11 +329,11 @@ def run_mlx(
     """The program's outputs computed with MLX, in the graph's output order: mx.arrays
     (evaluated, on the device) when any feed is an mx.array, else NumPy arrays.
 
-    `state` (an "mlx" `State`, runtime/state.py) feeds the graph's states and receives
-    their new values; the outputs at the state updates' positions stay mx.arrays. The
-    state's arrays are handed to the call (the State keeps no reference while it runs),
-    so MLX can donate a cache's buffer to its in-place update; if the call fails after
-    that, those states are reset to zeros and the RunError says so.
+    `state` (an `MLXState`, codegen_mlx/state.py) feeds the graph's states and receives
+    their new values once the call has succeeded; the outputs at the state updates'
+    positions stay mx.arrays. A call that raises leaves `state` as it was: the state's
+    arrays are donated to the call (so MLX can update a cache in place) only when no
+    check is left to the device, else they are kept until the call has succeeded.
 
     `mode` is one of MODES; `device` None uses MLX's default (Metal GPU on Apple
     silicon, CPU on Linux), or "cpu" / "gpu". `stats` records this run's `RunStats`
@@ -348,17 +351,20 @@ def run_mlx(
     native = any(isinstance(v, mx.array) for v in inputs.values()) or any(
         isinstance(v, mx.array) for v in (params or {}).values()
     )
-    _check_on_host(program, feeds, target)
+    _check_on_host(program, feeds, target, state)
     if "states" not in cache:
         cache["states"] = tuple(graph.states)
-    handed = _hand_over(cache["states"], graph.state_positions, state, feeds)
+    # donate only when nothing is left to check on the device (codegen_mlx/state.py)
+    donate = not _guarded(program)
+    handed = _hand_over(cache["states"], graph.state_positions, state, feeds, donate)
     try:
         return _run(program, mode, target, feeds, native, stats, state)
-    except Exception as err:
-        for name in handed:
-            state.values.setdefault(name, to_mx(np.zeros(*state.specs[name])))
-        if handed and isinstance(err, TensorGraphError):
-            raise type(err)(f"{err} (the states it was updating are reset to zeros)") from err
+    except BaseException as err:
+        if not handed:
+            raise
+        state.lost = tuple(handed)
+        if isinstance(err, TensorGraphError):
+            raise type(err)(f"{err} (state {', '.join(handed)} lost: reset it)") from err
         raise
 
 
@@ -367,19 +373,20 @@ def _hand_over(
     updated: Mapping[str, int],
     state: object | None,
     feeds: dict[int, object],
+    donate: bool,
 ) -> list[str]:
     """Feed every state node of `states` from `state` into `feeds` (node id -> array).
-    The array of a state the call updates is moved (the call then holds the only
-    reference, so MLX may donate it); a state it only reads stays in `state`, whose
-    bytes the call never writes. The names moved. Without a `state`, states read zeros
-    and their updates are dropped."""
+    With `donate`, the array of a state the call updates is moved (the call then holds
+    the only reference, so MLX may donate it); otherwise, and for a state the call only
+    reads, it stays in `state` too. The names moved. Without a `state`, states read
+    zeros and their updates are dropped."""
     if state is None:
         for node in states:
             feeds[node.id] = to_mx(np.zeros(node.shape, node.dtype.to_numpy()))
         return []
     moved = []
     for node in states:
-        if node.name in updated:
+        if donate and node.name in updated:
             feeds[node.id] = state.values.pop(node.name)
             moved.append(node.name)
         else:
@@ -409,9 +416,6 @@ def _run(
         results, evaluations = _execute(
             program, mode, _boundary_values(program, feeds, target), target
         )
-        if state is not None:
-            for k, name in updates.items():
-                state.values[name] = results[k]
         outputs = [r if native or k in updates else to_numpy(r) for k, r in enumerate(results)]
         if stats:
             seconds = time.perf_counter() - began
@@ -427,4 +431,7 @@ def _run(
                 constant_size=program.plan.constant_size,
                 io_size=io_bytes(graph),
             )
+        if state is not None:  # committed last: nothing after this can fail
+            for k, name in updates.items():
+                state.values[name] = results[k]
         return outputs

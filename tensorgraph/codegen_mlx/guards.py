@@ -12,14 +12,15 @@ A guard is checked in four tiers, cheapest first:
    `full` or `arange` node are checked on the host with NumPy (a constant's bytes are
    already there; `full` is one value). Those in range are never checked again on the
    device; broken ones stay guarded, so the run raises when it reaches them.
-3. At run start, from the feeds: an index or position computed from inputs and
-   constants alone through values of at most `HOST_LIMIT` elements (a decode step's
-   `pos`, a token id) is evaluated and checked on the host with NumPy
-   (`runtime.state.host_checks` / `check_indices`) before anything runs, which a
-   stateful call needs anyway (nothing may be written to the state). The executor does
-   this on every call, so such nodes are never checked on the device
-   (`device_guarded`): a decode step of the zoo Llama had six device verdicts, about 10%
-   of its time on the CPU.
+3. At run start, from the feeds: an index or position computed from inputs,
+   constants and states alone through values of at most `HOST_LIMIT` elements (a decode
+   step's `pos`, a token id, a position counter kept in a state) is evaluated and
+   checked on the host with NumPy (`runtime.state.host_checks` / `check_indices`)
+   before anything runs, which a stateful call needs anyway (nothing may be written to
+   the state). The executor does this on every call, so such nodes are never checked
+   on the device (`device_guarded`): a decode step of the zoo Llama had six device
+   verdicts, about 10% of its time on the CPU. A stateful call with a guard left to
+   the device keeps its states' old arrays until it has succeeded (codegen_mlx/state.py).
 4. On the device, for everything else: `verdict` is one reduction over the guarded
    operand (argmax over an elementwise "bad" mask for take, min for pow) plus a sync to
    read it. That sync is the price of the error; tier 1 and 2 keep it off the common

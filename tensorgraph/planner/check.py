@@ -16,8 +16,15 @@ trusts neither the offset algorithm nor the alias analysis:
    contiguous concat writes only the slots whose operand is not already in place
    (`copy_elim.written_ranges`), so values placed into it are never rewritten.
 
-4. states: each state sits at its layout offset, inside the region; the state region is
-   written only over states the graph updates (a read-only state's bytes never change).
+4. states (checked right after 1): the region's size is an int >= 0; the layout puts
+   every state the graph declares at an aligned int offset inside the region, and no
+   two of them share a byte (`verify_state_layout`); each state is planned in the
+   region at its layout offset (never in the arena or the constant segment); and the
+   region is written only over states the graph updates (a read-only state's bytes
+   never change). So every state update lands where its state lives and nowhere else:
+   an update located at its state's offset was written there in place (check 3 keeps
+   it intact to the end), any other is copied over its state's bytes at the end of
+   the call, which lie inside the region and share no byte with another state.
 
 Check 3 is what makes an in-place decision safe: it is derived from the offsets and the
 schedule alone. O(nodes + edges + writes per root * values per root).
@@ -26,7 +33,10 @@ schedule alone. O(nodes + edges + writes per root * values per root).
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import defaultdict
+from collections.abc import Mapping
+from numbers import Integral
 
 from tensorgraph.errors import PlanError
 from tensorgraph.ir.graph import Graph
@@ -43,10 +53,10 @@ def verify_plan(graph: Graph, plan: object, aliasing: Aliasing) -> None:
     the plan's order with `aliasing` (see the module docstring); None when it is sound."""
     assignment = Assignment(dict(plan.buffer_offsets), plan.arena_size)
     verify_assignment(plan.buffers, assignment, plan.alignment)
-    live = plan.liveness
-    _check_placement(graph, plan, aliasing)
-    _check_versions(graph, plan, aliasing, live)
     _check_states(graph, plan)
+    _check_placement(graph, plan, aliasing)
+    _check_versions(graph, plan, aliasing, plan.liveness)
+    _check_state_writes(graph, plan)
 
 
 def _check_placement(graph: Graph, plan: object, aliasing: Aliasing) -> None:
@@ -117,19 +127,68 @@ def _reads_alike(graph: Graph, writer_id: int, value_id: int, w_low: int, low: i
     return same_mapping(writer, graph.node(value_id), low - w_low)
 
 
-def _check_states(graph: Graph, plan: object) -> None:
-    """Check 4: states at their layout offsets; writes into the region only over states
-    the graph updates."""
+def _is_int(value: object) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def verify_state_layout(
+    sizes: Mapping[str, int], layout: Mapping[str, object], size: object, alignment: int = 1
+) -> None:
+    """Raise PlanError naming the state(s) unless region `size` is an int >= 0 and
+    `layout` (state name -> byte offset) gives every state of `sizes` (name -> bytes) an
+    int offset that is a multiple of `alignment`, with its bytes inside `[0, size]`,
+    and no two of them share a byte (an empty state owns none). Names in `layout` but
+    not in `sizes` are not checked (another entry's states)."""
+    if not _is_int(size) or size < 0:
+        raise PlanError(f"the state region's size must be an int >= 0 but got {size!r}")
     spans = []
+    for name, nbytes in sizes.items():
+        if name not in layout:
+            raise PlanError(f"state {name!r} has no offset in the state layout")
+        offset = layout[name]
+        if not _is_int(offset):
+            raise PlanError(f"state {name!r}: offset must be an int but got {offset!r}")
+        offset = int(offset)
+        where = f"state {name!r} (bytes [{offset}, {offset + nbytes}))"
+        if offset % alignment:
+            raise PlanError(f"{where} is not aligned to {alignment} bytes")
+        if offset < 0 or offset + nbytes > size:
+            raise PlanError(f"{where} lies outside the state region of {size} bytes")
+        if nbytes:
+            spans.append((offset, offset + nbytes, name))
+    spans.sort()
+    for (low, high, name), (other_low, other_high, other) in itertools.pairwise(spans):
+        if other_low < high:
+            raise PlanError(
+                f"states {name!r} (bytes [{low}, {high})) and {other!r} (bytes "
+                f"[{other_low}, {other_high})) overlap in the state region"
+            )
+
+
+def _check_states(graph: Graph, plan: object) -> None:
+    """Check 4, before placement: the layout of the graph's states, and each state
+    planned at its layout offset."""
+    layout = plan.state_layout
+    verify_state_layout(
+        {n.name: n.nbytes for n in graph.states}, layout, plan.state_size, plan.alignment
+    )
     for node in graph.states:
         segment, offset = plan.locate(node.id)
-        if segment != "state" or offset != plan.state_layout.get(node.name):
+        if segment != "state" or offset != layout[node.name]:
             raise PlanError(
                 f"{describe(node)}: planned at {segment}+{offset}, not at its state layout "
-                f"offset {plan.state_layout.get(node.name)}"
+                f"offset {layout[node.name]}"
             )
-        if writable_state(graph, node):
-            spans.append((offset, offset + node.nbytes))
+
+
+def _check_state_writes(graph: Graph, plan: object) -> None:
+    """Check 4, last: writes into the region only over states the graph updates."""
+    layout = plan.state_layout
+    spans = [
+        (layout[n.name], layout[n.name] + n.nbytes)
+        for n in graph.states
+        if writable_state(graph, n)
+    ]
     for node in graph.nodes:
         if OPS[node.op].boundary:
             continue

@@ -9,15 +9,20 @@ multi-entry program) for one backend, in that backend's form:
   is an ndarray view at its layout offset, and a call's in-place updates (a KV cache's
   slice_update) write straight into it, as the plan says. The region is backed up
   before the call and restored if the call fails;
-- "mlx": one mx.array per state, on the device. The call is handed the only
-  reference, so MLX can donate the cache's buffer to its in-place update (no copy of
-  the cache per step); if a call fails after that, the state cannot be restored and is
-  reset to zeros (the RunError says so).
+- "mlx": one mx.array per state, on the device: a subclass the MLX backend defines
+  (codegen_mlx/state.py), made by the driver's `new_state`, so that this module, an
+  oracle, never imports the backend it judges.
 
+Invariant: a call that raises leaves every state exactly as it was, on every backend.
 Every state starts as zeros. Before a call touches any state, `check_indices` proves
-on the host every position and index that is computed from inputs alone (a decode
-position, the token ids): one out of range is a RunError naming both numbers, and
-nothing is written to the state.
+on the host every position and index computed from inputs, constants and states alone
+through small values (a decode position, the token ids, a position counter kept in a
+state): one out of range is a RunError naming both numbers, and nothing is written to
+the state. What only the device can check (an index computed from a large value) is
+checked during the call; the MLX backend then keeps the states' old arrays until the
+call has succeeded (see codegen_mlx/state.py). A state whose value an unexpected
+failure destroyed anyway (MLX failing inside a call that had donated the state's
+buffer) is marked `lost`: reading it or running on it is a RunError until `reset()`.
 """
 
 from __future__ import annotations
@@ -39,7 +44,6 @@ from tensorgraph.runtime.kernels import (
     slice_start_message,
 )
 
-STATE_BACKENDS = ("numpy", "arena", "mlx")
 # operand position of the index / position each checked op reads, and its rule
 INDEXED = {"take": (1, "signed"), "gather": (1, "unsigned"), "index_update": (2, "unsigned")}
 HOST_LIMIT = 1 << 12  # elements: bigger values are never evaluated on the host to check
@@ -47,7 +51,10 @@ HOST_LIMIT = 1 << 12  # elements: bigger values are never evaluated on the host 
 
 class State:
     """The values of states `specs` (name -> (shape, dtype)) for `backend`, laid out
-    at `layout` (name -> byte offset) in a region of `size` bytes (see module doc)."""
+    at `layout` (name -> byte offset) in a region of `size` bytes (see module doc).
+    `lost`: names of states a failed call destroyed (empty but for MLX's one case)."""
+
+    BACKENDS: tuple[str, ...] = ("numpy", "arena")  # a subclass serves the others
 
     def __init__(
         self,
@@ -56,9 +63,9 @@ class State:
         size: int,
         backend: str,
     ) -> None:
-        if backend not in STATE_BACKENDS:
-            known = ", ".join(STATE_BACKENDS)
-            raise RunError(f"unknown backend {backend!r}; choose one of {known}")
+        if backend not in self.BACKENDS:
+            known = ", ".join(self.BACKENDS)
+            raise RunError(f"a {type(self).__name__} serves {known}, not {backend!r}")
         self.backend = backend
         self.specs = dict(specs)
         self.layout = dict(layout)
@@ -70,18 +77,31 @@ class State:
         return tuple(sorted(self.specs))
 
     def reset(self) -> None:
-        """Every state back to zeros."""
+        """Every state back to zeros (a lost one included)."""
+        self.lost: tuple[str, ...] = ()
         if self.backend == "arena":
             self.region = np.zeros(self.size, np.uint8)
             self.values: dict[str, object] = {}
             return
         self.region = None
-        if self.backend == "numpy":
-            self.values = {n: np.zeros(s, d) for n, (s, d) in self.specs.items()}
-        else:
-            from tensorgraph.codegen_mlx.arrays import to_mx
+        self.values = {n: self.zeros(s, d) for n, (s, d) in self.specs.items()}
 
-            self.values = {n: to_mx(np.zeros(s, d)) for n, (s, d) in self.specs.items()}
+    def zeros(self, shape: tuple[int, ...], dtype: np.dtype) -> object:
+        """A zero value of one state in this backend's form."""
+        return np.zeros(shape, dtype)
+
+    def host_value(self, name: str) -> np.ndarray:
+        """State `name`'s current value as a NumPy array, read only (the arena's view,
+        the numpy backend's own array): what the host checks read."""
+        return self.view(name) if self.backend == "arena" else self.values[name]
+
+    def check_usable(self) -> None:
+        """RunError naming the states a failed call lost (see the module docstring)."""
+        if self.lost:
+            raise RunError(
+                f"state {', '.join(map(repr, self.lost))} was lost when a call failed after "
+                "MLX had taken its buffer; call reset() (or the program's reset_state())"
+            )
 
     def view(self, name: str) -> np.ndarray:
         """The arena backend's live view of state `name` in the region."""
@@ -94,10 +114,8 @@ class State:
         """A NumPy copy of state `name`'s current value."""
         if name not in self.specs:
             raise RunError(f"no state named {name!r}; states: {', '.join(self.names) or 'none'}")
-        if self.backend == "arena":
-            return self.view(name).copy()
-        value = self.values[name]
-        return np.array(value) if self.backend == "mlx" else value.copy()
+        self.check_usable()
+        return np.array(self.host_value(name), copy=True)
 
     def __contains__(self, name: object) -> bool:
         return name in self.specs
@@ -131,11 +149,16 @@ def state_specs(graphs: Iterable[Graph]) -> dict[str, tuple[tuple[int, ...], np.
 
 
 def check_state(
-    state: State, backend: str, graph: Graph, states: Sequence[Node] | None = None
+    state: State,
+    backend: str,
+    graph: Graph,
+    states: Sequence[Node] | None = None,
+    region: tuple[Mapping[str, int], int] | None = None,
 ) -> None:
     """RunError unless `state` is for `backend` and holds every state `graph` declares
     (`states`: `graph.states`, when the caller keeps it), with the declared shape and
-    dtype."""
+    dtype; for the arena backend, also laid out as `region` (the plan's state layout
+    and size) says, as the arena executor reads and writes the region by the plan."""
     if not isinstance(state, State):
         raise RunError(f"state must be a tensorgraph State but got {type(state).__name__}")
     if state.backend != backend:
@@ -150,6 +173,15 @@ def check_state(
                 f"graph {graph.name!r}: state {node.name!r} ({node.shape} {node.dtype}) is "
                 "not in the given State, or has another shape or dtype"
             )
+        if backend == "arena" and region is not None:
+            layout, size = region
+            if state.size != size or state.layout.get(node.name) != layout[node.name]:
+                raise RunError(
+                    f"graph {graph.name!r}: state {node.name!r} lies at offset "
+                    f"{state.layout.get(node.name)} of a {state.size}-byte region in the "
+                    f"given State, but the plan puts it at {layout[node.name]} of {size} "
+                    "bytes (a State made by another program)"
+                )
 
 
 @frozen
@@ -174,13 +206,13 @@ class HostCheck:
 
 
 def host_checks(graph: Graph) -> tuple[HostCheck, ...]:
-    """A `HostCheck` for every position or index operand computed from inputs and
-    constants alone, through values of at most HOST_LIMIT elements, in graph order:
-    what `check_indices` evaluates before a call."""
+    """A `HostCheck` for every position or index operand computed from inputs,
+    constants and states alone, through values of at most HOST_LIMIT elements, in graph
+    order: what `check_indices` evaluates before a call."""
     host: dict[int, tuple[Node, ...]] = {}  # node id -> its host-computable cone
     for node in graph.nodes:
         small = int(np.prod(node.shape, dtype=np.int64)) <= HOST_LIMIT
-        if node.op in ("input", "constant") and small:
+        if node.op in ("input", "constant", "state") and small:
             host[node.id] = (node,)
         elif small and not OPS[node.op].boundary and all(i in host for i in node.inputs):
             cone = {n.id: n for i in node.inputs for n in host[i]}
@@ -208,11 +240,17 @@ def _slot(node: Node) -> int | None:
     return None if rule is None else rule[0]
 
 
-def check_indices(graph: Graph, checks: Sequence[HostCheck], feeds: Mapping[int, object]) -> None:
+def check_indices(
+    graph: Graph,
+    checks: Sequence[HostCheck],
+    feeds: Mapping[int, object],
+    state: State | None = None,
+) -> None:
     """RunError naming the node and both numbers when a position or index in `checks`
-    (`host_checks(graph)`) is out of range for the `feeds` of a call: the first such
-    node in graph order. Checks of one rule (a decode step's four cache writes at one
-    position) are evaluated once."""
+    (`host_checks(graph)`) is out of range for the `feeds` of a call (node id -> value)
+    and the current values of `state` (None: states read zeros, as a run without a
+    State does): the first such node in graph order. Checks of one rule (a decode
+    step's four cache writes at one position) are evaluated once."""
     values: dict[int, np.ndarray] = {}
     done: set[tuple[int, str, int, int]] = set()
     for check in checks:
@@ -225,6 +263,12 @@ def check_indices(graph: Graph, checks: Sequence[HostCheck], feeds: Mapping[int,
                 continue
             if n.op == "input":
                 values[n.id] = np.asarray(feeds[n.id])
+            elif n.op == "state":
+                values[n.id] = (
+                    np.zeros(n.shape, n.dtype.to_numpy())
+                    if state is None
+                    else state.host_value(n.name)
+                )
             elif n.op == "constant":
                 values[n.id] = constant_value(n)
             else:

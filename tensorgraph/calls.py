@@ -1,17 +1,27 @@
 """One call of a compiled program on a backend: feeds in, outputs out, states committed.
 
-`call` is what `Program.run` and `MultiProgram.run` do. For a graph without states it
-is the backend's executor. For a graph with states (runtime/state.py) it also:
+The driver's dispatch by backend (the oracles in runtime/ and the MLX backend never
+import each other). `call` is what `Program.run` and `MultiProgram.run` do. For a
+graph without states it is the backend's executor. For a graph with states
+(runtime/state.py) it also:
 
-1. checks the `State` (made for this backend, holding every state the graph declares);
-2. proves on the host every position and index computed from inputs alone
-   (`state.check_indices`), so a position past the cache's length is a RunError naming
-   both numbers before anything is written to the state;
+1. checks the `State` (made for this backend, holding every state the graph declares,
+   none of them lost);
+2. proves on the host every position and index computed from inputs, constants and
+   states alone (`state.check_indices`), so a position past the cache's length is a
+   RunError naming both numbers before anything is written to the state (the MLX
+   executor runs the same check itself, with its own feeds);
 3. runs the backend with the states as feeds, then commits each state's new value:
    numpy replaces its arrays after success; the arena executor updates the region in
-   place (restored from a backup on failure); MLX hands its arrays to the call (so the
-   cache's buffer can be donated to its in-place update) and stores the new ones;
+   place (restored from a backup on failure); MLX commits its new arrays after success
+   (codegen_mlx/state.py says when it donates the old ones);
 4. returns only the outputs the caller asked for (`graph.returned`).
+
+Invariant: a call that raises leaves every state as it was (the one exception, MLX
+failing inside a call it was handed a state's buffer for, marks that state lost: a
+RunError until it is reset, never a silently changed value).
+`new_state` makes the State of each backend: the NumPy oracles' own, or the MLX
+backend's subclass.
 """
 
 from __future__ import annotations
@@ -19,6 +29,9 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping
 
+import numpy as np
+
+from tensorgraph.compiler import BACKENDS
 from tensorgraph.errors import RunError
 from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
 from tensorgraph.runtime.state import State, check_indices, check_state, host_checks
@@ -26,6 +39,24 @@ from tensorgraph.runtime.state import State, check_indices, check_state, host_ch
 # Per-program facts computed once (states, feed nodes, host checks: each a scan of the
 # graph), keyed by the program: a decode step should not rescan its graph per call.
 _FACTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def new_state(
+    specs: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+    layout: Mapping[str, int],
+    size: int,
+    backend: str,
+) -> State:
+    """A fresh State (every state zeros) of states `specs` (name -> (shape, dtype)) at
+    `layout` in a region of `size` bytes, for `backend` (RunError naming it when it is
+    not one of BACKENDS)."""
+    if backend not in BACKENDS:
+        raise RunError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "mlx":
+        from tensorgraph.codegen_mlx.state import MLXState
+
+        return MLXState(specs, layout, size, backend)
+    return State(specs, layout, size, backend)
 
 
 def _facts(program: object) -> tuple:
@@ -63,10 +94,13 @@ def call(
     if state is None:
         state = program.state(backend)
     if state not in checked:
-        check_state(state, backend, graph, states)
+        plan = program.plan
+        check_state(state, backend, graph, states, (plan.state_layout, plan.state_size))
         checked.add(state)
+    state.check_usable()
     if checks and backend != "mlx":  # the MLX executor checks them itself (its guards)
-        check_indices(graph, checks, bind_feeds(graph, inputs, params, nodes=nodes))
+        feeds = bind_feeds(graph, inputs, params, nodes=nodes)
+        check_indices(graph, checks, feeds, state)
     return _returned(graph, _run(program, inputs, params, backend, state, options))
 
 

@@ -1,0 +1,43 @@
+"""The MLX backend's State: one mx.array per state, on the device.
+
+A call that updates a state either donates its array or keeps it, and a call that
+raises leaves every state as it was in both cases:
+
+- donate: the call is handed the only reference to the state's array, so MLX can give
+  its buffer to the in-place update (no copy of a KV cache per step). The executor
+  does this only when nothing in the call can fail once it runs: every position and
+  index was proven on the host first (`runtime.state.check_indices`: inputs,
+  constants and small states), and no guard is left to the device
+  (`guards.device_guarded` is empty). A decode step fed its position, or keeping it in
+  a small state, is such a call;
+- keep: where a guard can only be checked on the device (an index computed from a
+  large value), the State keeps the old arrays until the call has succeeded. MLX then
+  cannot donate them: the update copies the state once per call, the price of a check
+  that only the device can make.
+
+The new arrays are committed only after the call has succeeded. If MLX itself fails
+inside a donating call (out of memory, an interrupt), the donated states cannot be
+restored: they are marked `lost` (runtime/state.py), so that reading them or running
+on them is a RunError until `reset()`, never a silent restart from zeros.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorgraph.codegen_mlx.arrays import to_mx, to_numpy
+from tensorgraph.runtime.state import State
+
+
+class MLXState(State):
+    """A `State` for the "mlx" backend: `values` maps each state to its mx.array."""
+
+    BACKENDS = ("mlx",)
+
+    def zeros(self, shape: tuple[int, ...], dtype: np.dtype) -> object:
+        return to_mx(np.zeros(shape, dtype))
+
+    def host_value(self, name: str) -> np.ndarray:
+        """State `name`'s value copied to the host (it syncs: what the host checks read
+        of a small state, a position counter)."""
+        return to_numpy(self.values[name])
