@@ -209,7 +209,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.plot:
         from tensorgraph.planner.timeline import plot_timeline
 
-        print(f"timeline plot written to {plot_timeline(prog.plan, prog.graph, args.plot)}")
+        path = plot_timeline(prog.plan, prog.graph, args.plot, show_state=args.plot_state)
+        print(f"timeline plot written to {path}")
     return 0
 
 
@@ -676,6 +677,11 @@ def parser() -> argparse.ArgumentParser:
         type=_output_file,
         metavar="FILE",
         help="write the memory timeline as a PNG to FILE, in an existing folder (default: none)",
+    )
+    compile_cmd.add_argument(
+        "--plot-state",
+        action="store_true",
+        help="draw the state region and the constant segment above the arena in --plot",
     )
     compile_cmd.add_argument(
         "--json",
