@@ -88,4 +88,5 @@ def test_command_example_runs(args, tmp_path, monkeypatch, capsys) -> None:
     assert cli.main(absolute) == 0, capsys.readouterr().err
     if args[0] == "plan-csv":  # the arenas the README states for the example
         arena = "723,968" if "greedy_size" in args else "662,544"
-        assert f"arena {arena}, lower bound 662,544" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert arena in out and "662,544" in out
