@@ -135,11 +135,12 @@ def _kind(graph: Graph, node_id: int) -> str:
 
 
 def _curve(plan: MemoryPlan, axis: ComputeSteps) -> tuple[list[int], list[int]]:
-    """(x, live bytes) of the step curve: the left column's largest value, then one
-    value per compute step (the bytes live at its schedule step)."""
+    """(x, live bytes) of the step curve: the left column's largest value (when a
+    boundary step comes first), then one value per compute step (the bytes live at its
+    schedule step)."""
     live = plan.liveness.live_bytes(plan.alignment)
     head = live[: axis.first]
-    xs, ys = ([-axis.column], [max(head)]) if head and max(head) > 0 else ([], [])
+    xs, ys = ([-axis.column], [max(head)]) if head else ([], [])
     xs += range(len(axis.steps))
     ys += [live[step] for step in axis.steps]
     return xs, ys
@@ -217,8 +218,7 @@ def timeline_figure(
 
     axis = ComputeSteps.of(plan, graph)
     xs, curve = _curve(plan, axis)
-    before = xs[:1] == [-axis.column] or any(b.start < axis.first for b in plan.buffers)
-    left = -axis.column if before else 0
+    left = -axis.column if axis.first > 0 else 0  # a boundary step first: the "in" column
     right = max(len(axis.steps), left + 1)
     bars = _arena_bars(plan, graph, axis)
     states: list[tuple[str, int, int]] = []

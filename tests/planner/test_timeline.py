@@ -13,12 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tensorgraph as tg
 from tensorgraph.ir.ops import OPS
 from tensorgraph.models import build_model
 from tensorgraph.planner.liveness import owner
 from tensorgraph.planner.timeline import byte_label, plot_timeline, timeline_figure
+from tests.strategies import graphs
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -307,3 +310,33 @@ def test_plot_state_on_the_command_line(tmp_path) -> None:
     path = tmp_path / "mlp.png"
     assert cli.main(["compile", "mlp", "--plot", str(path), "--plot-state"]) == 0
     assert png_size(path) == (1200, 600)
+
+
+@settings(max_examples=10)  # a figure takes 0.2-0.7 s to lay out
+@given(graph=graphs(), params_in_arena=st.booleans(), show_state=st.booleans())
+def test_every_figure_draws_each_live_buffer_within_its_axes(
+    graph, params_in_arena, show_state
+) -> None:
+    prog = tg.compile(graph, schedule="program", params_in_arena=params_in_arena)
+    plan, graph = prog.plan, prog.graph
+    order = plan.liveness.steps
+    compute = [s for s, i in enumerate(order) if OPS[graph.node(i).op].category != "boundary"]
+    first = compute[0] if compute else len(order)
+    # A buffer is drawn when it is live at a compute step or loaded before the first.
+    drawn = [
+        b for b in plan.buffers if b.start < first or any(b.start <= s < b.end for s in compute)
+    ]
+    with figure_of(plan, graph, show_state=show_state) as figure:
+        buffers, live = figure.axes
+        boxes = rectangles(buffers)
+        left, right = buffers.get_xlim()
+        (curve,) = live.get_lines()
+        legend = legend_labels(figure)
+    segments = len(plan.liveness.constants) if show_state else 0
+    assert len(boxes) == len(drawn) + segments
+    assert right == max(len(compute), 1 if left == 0 else 0)
+    for x0, y0, x1, y1 in boxes[: len(drawn)]:
+        assert left <= x0 < x1 <= right and 0 <= y0 <= y1 <= plan.arena_size
+    assert max(curve.get_ydata()) == plan.lower_bound
+    kinds = {OPS[graph.node(owner(b.id)).op].category for b in drawn}
+    assert set(legend[2:]) <= kinds | {"params and constants"}
