@@ -4,10 +4,10 @@ Prints per instance and algorithm: arena, arena / lower bound, whether it fits t
 capacity in the file name, the time, and the work units spent; `best`'s certificate;
 then a `search` row: the exact decision search at the file's capacity (MiniMalloc's
 problem), with its search nodes. Then min / median / max ratios per algorithm. `best`
-and the search get --budget work units per instance (about a microsecond each on the
-2-core reference machine; `--budget default` for the default budget), and optionally a
-wall-clock cap (--time-limit, seconds). Without a time limit the arenas are the same on
-every run and machine; only the seconds vary.
+and the search get --budget work units per instance (0.6-1 us each on the quiet 2-core
+reference machine, up to 5.3 us measured under load; `--budget default` for the default
+budget), and optionally a wall-clock cap (--time-limit, seconds). Without a time limit
+the arenas are the same on every run and machine; only the seconds vary.
 
     python benches/bench_minimalloc.py [--budget 60000000] [--time-limit S] [--only A,B]
 """

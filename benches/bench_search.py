@@ -1,9 +1,10 @@
 """The exact search as MiniMalloc runs it: a decision problem at the capacity in each
 challenging instance's file name (1048576). Each solution is checked independently.
 
-Each search gets --budget work units (about a microsecond each on the 2-core reference
-machine), so the verdicts and node counts are the same on every run; only the seconds
-vary ("cpu s" is the process's CPU time, steadier than wall time on a shared machine).
+Each search gets --budget work units (0.6-1 us each on the quiet 2-core reference
+machine, up to 5.3 us measured under load), so the verdicts and node counts are the same
+on every run; only the seconds vary ("cpu s" is the process's CPU time, steadier than
+wall time on a shared machine).
 
     python benches/bench_search.py [--budget 60000000]
 """

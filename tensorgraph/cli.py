@@ -149,8 +149,9 @@ def _compile(args: argparse.Namespace, alignment: int = 64) -> tuple[object, Pro
 
 
 def _summary(prog: Program, alignment: int) -> str:
-    """Per-pass statistics, then the plan against the lower bound and the baselines
-    (naive and greedy_size planned on the very same buffers)."""
+    """The plan against the lower bound and the baselines (naive and greedy_size planned
+    on the very same buffers). Follows the program's header or full report, so it
+    repeats none of their lines; byte counts carry thousands separators, as there."""
     from tensorgraph.planner.assign import assign_offsets
     from tensorgraph.planner.report import human
 
@@ -159,21 +160,15 @@ def _summary(prog: Program, alignment: int) -> str:
     naive = assign_offsets(buffers, "naive", alignment).arena_size
     greedy = assign_offsets(buffers, "greedy_size", alignment).arena_size
     arena = max(plan.arena_size, 1)
-    lines = [f"model {prog.graph.name}: {len(prog.source)} nodes -> {len(prog.graph)} after passes"]
-    for name, stats in prog.stats.items():
-        lines.append(f"  {name:<11} " + ", ".join(f"{k} {v}" for k, v in stats.items()))
-    if prog.schedule_stats:
-        lines.append(
-            "  schedule    " + ", ".join(f"{k} {v}" for k, v in prog.schedule_stats.items())
-        )
-    lines += [
-        f"  buffers          {len(buffers)}",
+    lines = [
+        "summary:",
+        f"  buffers          {len(buffers):>12,}",
         f"  arena            {plan.arena_size:>12,} B  {human(plan.arena_size)} ({plan.algorithm})",
         f"  lower bound      {plan.lower_bound:>12,} B  ratio {plan.ratio:.3f}",
         f"  naive            {naive:>12,} B  {naive / arena:.2f}x arena",
         f"  greedy_size      {greedy:>12,} B  {greedy / arena:.3f}x arena",
         f"  constant segment {plan.constant_size:>12,} B  {human(plan.constant_size)}",
-        f"  planning time    {plan.planning_seconds * 1000:>12.1f} ms",
+        f"  planning time    {plan.planning_seconds * 1000:>12,.1f} ms",
     ]
     return "\n".join(lines)
 
@@ -202,17 +197,20 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from tensorgraph.planner.report import format_program_header
+
     _, prog = _compile(args, args.alignment)
+    # The full report starts with the header: one or the other, so no line shows twice.
+    print(prog.report() if args.report else format_program_header(prog))
     print(_summary(prog, args.alignment))
-    if args.report:
-        print(prog.report())
     if args.json:
         Path(args.json).write_text(prog.plan.to_json())
         print(f"plan JSON written to {args.json}")
     if args.plot:
         from tensorgraph.planner.timeline import plot_timeline
 
-        print(f"timeline plot written to {plot_timeline(prog.plan, prog.graph, args.plot)}")
+        path = plot_timeline(prog.plan, prog.graph, args.plot, show_state=args.plot_state)
+        print(f"timeline plot written to {path}")
     return 0
 
 
@@ -679,6 +677,11 @@ def parser() -> argparse.ArgumentParser:
         type=_output_file,
         metavar="FILE",
         help="write the memory timeline as a PNG to FILE, in an existing folder (default: none)",
+    )
+    compile_cmd.add_argument(
+        "--plot-state",
+        action="store_true",
+        help="draw the state region and the constant segment above the arena in --plot",
     )
     compile_cmd.add_argument(
         "--json",

@@ -3,6 +3,7 @@ and the installed console script when it is on PATH), in subprocesses: output, e
 codes, and one-line errors without a traceback."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -32,12 +33,15 @@ def tensorgraph(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
 
 
 def summary_passes(stdout: str) -> list[str]:
-    """The pass names of the compile summary's pass lines (indented two spaces)."""
-    return [
-        line.split()[0]
-        for line in stdout.splitlines()
-        if line.startswith("  ") and not line.startswith("   ") and "bytes_saved" in line
-    ]
+    """The pass names in the rows of the compile output's pass table (the indented lines
+    after `passes:` and its column header)."""
+    lines = stdout.splitlines()
+    names = []
+    for line in lines[lines.index("passes:") + 2 :]:
+        if not line.startswith("  "):
+            break
+        names.append(line.split()[0])
+    return names
 
 
 def test_models_lists_the_zoo_with_parameter_counts() -> None:
@@ -94,6 +98,35 @@ def test_compile_prints_the_summary_and_writes_plot_and_json(tmp_path) -> None:
     arena_line = next(line for line in result.stdout.splitlines() if "  arena " in line)
     assert f"{document['arena_size']:,}" in arena_line
     assert "batch" not in result.stderr
+
+
+def unseparated_numbers(text: str) -> list[str]:
+    """Runs of four or more digits written without thousands separators, leaving out
+    what is not a count: node ids (`%1234`), shapes (`(1, 4096)`) and lifetimes in
+    schedule steps (`[1200, 1300)`)."""
+    counts = re.sub(r"%\d+|\((\d+, )*\d*,?\)|\[\d+, \d+\)", "", text)
+    return re.findall(r"(?<![\d,.])\d{4,}", counts)
+
+
+@pytest.mark.parametrize("flags", [(), ("--report",)])
+@pytest.mark.parametrize("model", ["llama", "mobilenet_v2"])
+def test_compile_prints_each_line_once_and_every_count_one_way(model, flags) -> None:
+    # Before: the summary printed the schedule stats twice and, with --report, every
+    # pass and the schedule again; counts read 483328 there and 483,328 in the report.
+    result = tensorgraph("compile", model, *flags)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    repeated = sorted({line for line in lines if lines.count(line) > 1})
+    assert repeated == [], repeated
+    assert sum(line.startswith("schedule:") for line in lines) == 1
+    assert summary_passes(result.stdout) == list(tg.DEFAULT_PASSES)
+    assert unseparated_numbers(result.stdout) == []
+    assert "483,328" in result.stdout or model != "llama"
+
+
+def test_unseparated_numbers_finds_counts_only() -> None:
+    text = "lower_bound 483328, arena 483,328 B; %1234 (1, 4096) [1200, 1300) 0.1562 12.5 ms"
+    assert unseparated_numbers(text) == ["483328"]
 
 
 @pytest.mark.parametrize(

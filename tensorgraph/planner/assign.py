@@ -64,7 +64,8 @@ from tensorgraph.planner.search import check_limits
 from tensorgraph.planner.waves import StartOrder, place_in_waves
 
 NUMPY_GAP_SEARCH = 48  # neighbours above which the gap search is vectorised (measured)
-# Work units (about a microsecond each on the reference machine, see planner.search):
+# Work units (fixed counts of operations, 0.6-1 us each on a quiet 2-core machine and
+# up to 5.3 us measured under load; see planner.search and benches/README.md):
 PLACE_UNITS = 8  # per buffer a placement pass places (interval index query, bookkeeping)
 NEAR = 2  # plus one per NEAR placed neighbours its gap search sorts and scans
 PAIR_LIMIT = 1 << 23  # conflict pairs above which placement skips `planner.waves`: its

@@ -30,7 +30,8 @@ import numpy as np
 
 from tensorgraph.planner.buffers import INT64_END, Assignment, Buffer
 
-# Work units (about a microsecond each on the reference machine, see planner.search):
+# Work units (fixed counts of operations, 0.6-1 us each on a quiet 2-core machine and
+# up to 5.3 us measured under load; see planner.search and benches/README.md):
 PLACE_UNITS = 25  # per buffer re-placed (a dozen numpy calls), plus a unit per SCAN
 SCAN = 128  # buffers of its vectorised neighbour scan (those around the band);
 STEP_UNITS = 40  # per step (finding the band), plus three units per SCAN buffers

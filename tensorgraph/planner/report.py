@@ -159,7 +159,8 @@ def format_plan(plan: MemoryPlan, graph: Graph, top: int = 20) -> str:
     saved = 100 * plan.bytes_saved / plan.total_unshared if plan.total_unshared else 0.0
     lines = [
         f"memory plan ({plan.algorithm}, alignment {plan.alignment} B, "
-        f"{plan.planning_seconds * 1000:.1f} ms): {len(plan.buffers)} buffers over {steps} steps",
+        f"{plan.planning_seconds * 1000:,.1f} ms): {len(plan.buffers):,} buffers over "
+        f"{steps:,} steps",
         f"  arena {human(plan.arena_size)} ({plan.arena_size:,} B) | lower bound "
         f"{human(plan.lower_bound)} | ratio {plan.ratio:.3f}",
         f"  no reuse {human(plan.total_unshared)} | saved {human(plan.bytes_saved)} "
@@ -208,6 +209,12 @@ def _state_lines(plan: MemoryPlan, graph: Graph) -> list[str]:
 # ---------------------------------------------------------------- the program
 
 
+def _counters(counters: Mapping[str, object]) -> str:
+    """`name value` pairs, names with spaces for underscores, numbers as `_number` writes
+    them: one style for every counter the report and the command line print."""
+    return ", ".join(f"{k.replace('_', ' ')} {_number(v)}" for k, v in counters.items())
+
+
 def _pass_table(stats: Mapping[str, Mapping[str, object]]) -> list[str]:
     """One row per pass: the counters every pass has as columns, the rest as details."""
     rows = list(stats.items())
@@ -217,17 +224,18 @@ def _pass_table(stats: Mapping[str, Mapping[str, object]]) -> list[str]:
     lines = [f"  {'pass':<12}{head}  details"]
     for name, counters in rows:
         cells = "  ".join(f"{_number(counters[k]):>{w}}" for k, w in columns)
-        details = ", ".join(f"{k} {_number(v)}" for k, v in counters.items() if k not in common)
+        details = _counters({k: v for k, v in counters.items() if k not in common})
         lines.append(f"  {_fit(name, 11):<12}{cells}  {details or '-'}")
     return lines
 
 
-def format_program_report(program: Compiled) -> str:
-    """A compiled program's report: node counts, the pass table, the schedule stats, then
-    the plan's report (`MemoryPlan.report`). Lines fit in `WIDTH` characters."""
+def format_program_header(program: Compiled) -> str:
+    """The first part of a program's report: node counts, the pass table, then one line
+    each for the schedule and the plan's stats (each stage once). Lines fit in `WIDTH`
+    characters; counts carry thousands separators."""
     lines = [
-        f"program {program.graph.name!r}: {len(program.source)} nodes in, "
-        f"{len(program.graph)} after passes"
+        f"program {program.graph.name!r}: {len(program.source):,} nodes in, "
+        f"{len(program.graph):,} after passes"
     ]
     passes = {k: v for k, v in program.stats.items() if k not in ("schedule", "plan")}
     if passes:
@@ -235,13 +243,20 @@ def format_program_report(program: Compiled) -> str:
         lines += _pass_table(passes)
     for stage in ("schedule", "plan"):
         if program.stats.get(stage):
-            counters = ", ".join(f"{k} {_number(v)}" for k, v in program.stats[stage].items())
             lines += textwrap.wrap(
-                f"{stage}: {counters}", WIDTH, subsequent_indent="  ", break_on_hyphens=False
+                f"{stage}: {_counters(program.stats[stage])}",
+                WIDTH,
+                subsequent_indent="  ",
+                break_on_hyphens=False,
             )
-    lines = [_fit(line, WIDTH) for line in lines]
-    lines.append(program.plan.report(program.graph))
-    return "\n".join(lines)
+    return "\n".join(_fit(line, WIDTH) for line in lines)
+
+
+def format_program_report(program: Compiled) -> str:
+    """A compiled program's report: `format_program_header` (node counts, the pass table,
+    the schedule and plan stats), then the plan's report (`MemoryPlan.report`). Lines fit
+    in `WIDTH` characters and no line is printed twice."""
+    return format_program_header(program) + "\n" + program.plan.report(program.graph)
 
 
 def format_multi_report(multi: object) -> str:

@@ -56,7 +56,8 @@ FIRST_SHARE = 2  # quarters of its work `minimize` spends on its first try, at t
 def default_budget(count: int) -> int:
     """Work units `best` may spend by default on `count` buffers (it stops at once when
     it reaches the bound): 100,000 plus 40 a buffer, at most 500,000 (about 0.1 s plus
-    40 us a buffer, at most 0.5 s, on the reference machine)."""
+    40 us a buffer, at most 0.5 s, on the quiet reference machine; up to five times as
+    long under load, with the same plan)."""
     return min(500_000, 100_000 + 40 * count)
 
 
