@@ -17,7 +17,7 @@ makes them share:
   would be compiled alone, so the shared arena is never larger than the largest
   entry's own.
 
-Backends learn what an entry shares from `shared_of(entry)` (a `Shared` record): the
+Backends learn what an entry shares from `planner.sharing.shared_of(entry)` (a `Shared`): the
 MLX backend converts each shared weight once per device for all entries, and lets an
 entry's segments use the shared arena (memory the program holds anyway) instead of
 the entry's own, smaller one.
@@ -31,34 +31,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import weakref
 from collections.abc import Mapping
 
 import numpy as np
-from attrs import field, frozen
+from attrs import frozen
 
 from tensorgraph.errors import GraphError, PlanError, RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.planner.buffers import align_up
-
-
-@frozen(eq=False)
-class Shared:
-    """What the entries of one MultiProgram share at run time: the arena size, and a
-    store for backends' converted weights (key -> value, e.g. (device, id(array)) ->
-    (array, mx.array); the array is kept so that an id is never reused while cached)."""
-
-    arena_size: int
-    converted: dict = field(factory=dict)
-
-
-# entry Program -> its Shared record (weakly: a record lives as long as its entries)
-_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def shared_of(program: object) -> Shared | None:
-    """The `Shared` record of `program` when it is an entry of a MultiProgram."""
-    return _SHARED.get(program)
+from tensorgraph.planner.sharing import Shared, share
 
 
 @frozen(eq=False)
@@ -84,7 +65,7 @@ class MultiProgram:
         _share_weights(entries)
         shared = Shared(max(p.plan.arena_size for p in entries.values()))
         for program in entries.values():
-            _SHARED[program] = shared
+            share(program, shared)
         return cls(dict(entries))
 
     # ------------------------------------------------------------ sizes

@@ -54,7 +54,7 @@ from tensorgraph.errors import RunError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
-from tensorgraph.multi import shared_of
+from tensorgraph.planner.sharing import shared_of
 from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
 from tensorgraph.runtime.kernels import constant_value
 from tensorgraph.runtime.state import check_indices, host_checks

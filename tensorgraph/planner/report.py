@@ -34,6 +34,7 @@ class Compiled(Protocol):
     stats: Mapping[str, Mapping[str, object]]
     plan: MemoryPlan
 
+
 WIDTH = 100
 UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
