@@ -26,6 +26,7 @@ from tensorgraph.errors import GraphError, PlanError, RunError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.verify import verify
 from tensorgraph.planner.aliasing import ANALYSES, Aliasing, analyze_aliasing
+from tensorgraph.planner.footprint import Footprint, footprint
 from tensorgraph.planner.plan import MemoryPlan
 
 DEFAULT_PASSES = ("dce", "cse", "fold", "view_alias", "copy_elim", "reinplace")
@@ -137,6 +138,12 @@ class Program:
         from tensorgraph.runtime.state import reset_own_states
 
         reset_own_states(self)
+
+    def memory(self) -> Footprint:
+        """Every byte the program holds (planner/footprint.py): the constant segment by
+        kind (float weights by dtype, quantized ones by bits), the state region, the
+        arena, the inputs and outputs, and their total."""
+        return footprint(self.graph, self.plan)
 
     def report(self) -> str:
         """The pass statistics and the memory plan's report, as text."""

@@ -39,6 +39,7 @@ from attrs import frozen
 from tensorgraph.errors import GraphError, PlanError, RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.planner.buffers import align_up
+from tensorgraph.planner.footprint import Footprint, constant_kinds, io_size
 from tensorgraph.planner.sharing import Shared, share
 
 
@@ -87,7 +88,12 @@ class MultiProgram:
     def constant_size(self) -> int:
         """Bytes of the shared constant segment: every distinct weight and constant of
         the entries once, each aligned as the entries' plans align them."""
-        seen: dict[int, int] = {}
+        return sum(aligned for _, _, aligned in self._distinct_constants().values())
+
+    def _distinct_constants(self) -> dict[tuple, tuple]:
+        """Every distinct constant-segment value of the entries once: key -> (graph,
+        node, aligned bytes). A bound weight is one value whatever entry reads it."""
+        seen: dict[tuple, tuple] = {}
         for program in self.entries.values():
             graph, plan = program.graph, program.plan
             for root in plan.liveness.constants:
@@ -98,8 +104,18 @@ class MultiProgram:
                     if value is not None
                     else (node.op, node.name, node.attr("value"), node.shape, node.dtype.name)
                 )
-                seen[key] = align_up(node.nbytes, plan.alignment)
-        return sum(seen.values())
+                seen[key] = (graph, node, align_up(node.nbytes, plan.alignment))
+        return seen
+
+    def memory(self) -> Footprint:
+        """Every byte the program holds (planner/footprint.py): the shared constant
+        segment by kind, the state region, the shared arena, and the largest entry's
+        inputs and outputs (entries run one at a time)."""
+        constants = [(g, n) for g, n, _ in self._distinct_constants().values()]
+        io = max(io_size(p.graph) for p in self.entries.values())
+        return Footprint(
+            constant_kinds(constants), self.constant_size, self.state_size, self.arena_size, io
+        )
 
     @property
     def total_size(self) -> int:

@@ -257,7 +257,12 @@ def format_program_report(program: Compiled) -> str:
     """A compiled program's report: `format_program_header` (node counts, the pass table,
     the schedule and plan stats), then the plan's report (`MemoryPlan.report`). Lines fit
     in `WIDTH` characters and no line is printed twice."""
-    return format_program_header(program) + "\n" + program.plan.report(program.graph)
+    from tensorgraph.planner.footprint import footprint
+
+    memory = footprint(program.graph, program.plan).table()
+    return (
+        format_program_header(program) + "\n" + program.plan.report(program.graph) + "\n" + memory
+    )
 
 
 def format_multi_report(multi: object) -> str:
