@@ -206,7 +206,8 @@ def test_program_report_has_the_pass_table_schedule_and_plan() -> None:
     for name in prog.stats:
         assert any(line.strip().startswith(name) for line in lines), name
     assert any(line.startswith("schedule:") for line in lines)
-    assert text.endswith(prog.plan.report(prog.graph))
+    assert prog.plan.report(prog.graph) + "\n" + prog.memory().table() in text
+    assert text.endswith(prog.memory().table())
 
 
 def test_to_json_parses_and_matches_the_plan() -> None:
