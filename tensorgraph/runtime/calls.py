@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from tensorgraph.errors import RunError
 from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
-from tensorgraph.runtime.state import State, check_indices, check_state, host_checks
+from tensorgraph.runtime.state import State, check_indices, check_state, check_values, host_checks
 
 # Per-program facts computed once (states, feed nodes, host checks: each a scan of the
 # graph), keyed by the program: a decode step should not rescan its graph per call.
@@ -65,6 +65,7 @@ def call(
     if state not in checked:
         check_state(state, backend, graph, states)
         checked.add(state)
+    check_values(state, states)  # a value replaced since: every call
     if checks and backend != "mlx":  # the MLX executor checks them itself (its guards)
         check_indices(graph, checks, bind_feeds(graph, inputs, params, nodes=nodes))
     return _returned(graph, _run(program, inputs, params, backend, state, options))
