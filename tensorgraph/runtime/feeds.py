@@ -15,8 +15,8 @@ float64 array of 1.5s feeds a float32 input and one holding 0.1 is refused, as t
 
 Backend-native arrays: a backend that computes on its own array type (MLX's mx.array)
 passes `native`, a function giving such a value's IR dtype name (None for anything
-else). A native value is checked as strictly as an ndarray (exact shape, exact dtype)
-and returned as is, never converted, so it stays on its device.
+else). A native value must have exactly the declared shape and dtype: it is returned
+as is, never converted (not even exactly), so it stays on its device as given.
 """
 
 from __future__ import annotations
