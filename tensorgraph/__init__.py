@@ -16,6 +16,7 @@ from tensorgraph.errors import (
     LoadError,
     PlanError,
     RunError,
+    SaveError,
     ShapeError,
     TensorGraphError,
 )
@@ -38,8 +39,9 @@ def load(path: str) -> Program | MultiProgram:
     return _load(path)
 
 
-def from_torch(module: object, example_inputs: tuple, name: str | None = None) -> Graph:
-    """Import a PyTorch module through torch.export (needs the `torch` extra); see
+def from_torch(module: object, example_inputs: object, name: str | None = None) -> Graph:
+    """Import a PyTorch module through torch.export (needs the `torch` extra):
+    `example_inputs` is a tuple of the forward's arguments, or one tensor; see
     tensorgraph.importers.torch_export."""
     from tensorgraph.importers.torch_export import from_torch as _from_torch
 

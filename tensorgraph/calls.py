@@ -34,7 +34,7 @@ import numpy as np
 from tensorgraph.compiler import BACKENDS
 from tensorgraph.errors import RunError
 from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
-from tensorgraph.runtime.state import State, check_indices, check_state, host_checks
+from tensorgraph.runtime.state import State, check_indices, check_state, check_values, host_checks
 
 # Per-program facts computed once (states, feed nodes, host checks: each a scan of the
 # graph), keyed by the program: a decode step should not rescan its graph per call.
@@ -98,6 +98,7 @@ def call(
         check_state(state, backend, graph, states, (plan.state_layout, plan.state_size))
         checked.add(state)
     state.check_usable()
+    check_values(state, states)  # a value replaced since: every call
     if checks and backend != "mlx":  # the MLX executor checks them itself (its guards)
         feeds = bind_feeds(graph, inputs, params, nodes=nodes)
         check_indices(graph, checks, feeds, state)

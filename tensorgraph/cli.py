@@ -237,20 +237,27 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_plan_csv(args: argparse.Namespace) -> int:
     """Plan a MiniMalloc CSV with --algorithm, or, with --capacity, decide by exact search
     whether it fits that capacity (exit 0 when it does, 1 when it does not or the budget
-    ran out first). Either way the offsets are verified before anything is written."""
+    ran out first). Either way the offsets are verified before anything is written.
+
+    The arena printed is the plan's top (offset + size, unaligned), so the lower bound
+    printed beside it is `arena_bound`, a bound on that same top under the alignment
+    (the aligned live-bytes sum overstates it: one 10-byte buffer at alignment 64 needs
+    10 bytes, not 64)."""
     from tensorgraph.planner.assign import assign_offsets
-    from tensorgraph.planner.buffers import lower_bound, read_minimalloc_csv
-    from tensorgraph.planner.certificate import CertifiedAssignment
+    from tensorgraph.planner.buffers import read_minimalloc_csv
+    from tensorgraph.planner.certificate import CertifiedAssignment, arena_bound
     from tensorgraph.planner.verify import verify_assignment
 
     path = Path(args.file)
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory, not a MiniMalloc CSV file")
     if not path.is_file():
         raise UsageError(f"no such file: {path}")
     buffers = read_minimalloc_csv(path)
-    bound = lower_bound(buffers, args.alignment)
+    bound = arena_bound(buffers, args.alignment)
     progress = _StderrProgress(time.perf_counter())
     if args.capacity is not None:
-        return _plan_csv_capacity(args, path, buffers, bound, progress)
+        return _plan_csv_capacity(args, path, buffers, progress)
     plan = assign_offsets(
         buffers,
         args.algorithm,
@@ -280,10 +287,14 @@ def cmd_plan_csv(args: argparse.Namespace) -> int:
 
 
 def _plan_csv_capacity(
-    args: argparse.Namespace, path: Path, buffers: list, bound: int, progress: _StderrProgress
+    args: argparse.Namespace, path: Path, buffers: list, progress: _StderrProgress
 ) -> int:
-    """The --capacity mode of plan-csv: MiniMalloc's decision problem."""
-    from tensorgraph.planner.buffers import Assignment, write_minimalloc_csv
+    """The --capacity mode of plan-csv: MiniMalloc's decision problem. The capacity
+    bounds every buffer's aligned extent (offset + size rounded up to the alignment), so
+    above alignment 1 the bound on those (aligned sizes summed) is printed beside the
+    bound on the arena, the unaligned top printed when it fits."""
+    from tensorgraph.planner.buffers import Assignment, lower_bound, write_minimalloc_csv
+    from tensorgraph.planner.certificate import arena_bound
     from tensorgraph.planner.search import search_offsets
     from tensorgraph.planner.verify import verify_assignment
 
@@ -297,8 +308,12 @@ def _plan_csv_capacity(
         progress=progress,
     )
     seconds = time.perf_counter() - progress.began
+    bound = arena_bound(buffers, args.alignment)
+    extents = lower_bound(buffers, args.alignment)
+    aligned = f" ({extents:,} for aligned extents)" if args.alignment > 1 else ""
     head = (
-        f"{path.name}: {len(buffers)} buffers, lower bound {bound:,}, capacity {args.capacity:,}:"
+        f"{path.name}: {len(buffers)} buffers, lower bound {bound:,}{aligned}, "
+        f"capacity {args.capacity:,}:"
     )
     tail = f"exact search in {seconds:.3f} s, work {result.work:,} units"
     tail += _cut_note(result.cut_short)
@@ -732,7 +747,12 @@ def parser() -> argparse.ArgumentParser:
         help="decide by exact search whether the buffers fit, instead of --algorithm "
         "(exit 1 when they do not or the budget runs out first)",
     )
-    csv_cmd.add_argument("--out", metavar="FILE", help="write id,lower,upper,size,offset")
+    csv_cmd.add_argument(
+        "--out",
+        type=_output_file,
+        metavar="FILE",
+        help="write id,lower,upper,size,offset to FILE, in an existing folder",
+    )
     csv_cmd.set_defaults(run=cmd_plan_csv)
 
     gen = commands.add_parser(

@@ -33,6 +33,8 @@ DEFAULT_PASSES = ("dce", "cse", "fold", "view_alias", "copy_elim", "reinplace")
 # Other names a pass list may use: DESIGN.md calls copy elimination the "concat" analysis.
 PASS_ALIASES = {"concat": "copy_elim"}
 BACKENDS = ("mlx", "numpy", "arena")
+# The options `run` passes to each backend's executor (see Program.run); others are refused.
+RUN_OPTIONS = {"mlx": ("mode", "device", "stats"), "numpy": (), "arena": ("fill", "aliasing")}
 
 
 def debug_default() -> bool:
@@ -107,15 +109,18 @@ class Program:
         `new_state(backend)`; None: the program's own, `state(backend)`), see
         tensorgraph/calls.py. NumPy arrays in give NumPy arrays out; on the MLX backend,
         any mx.array feed gives mx.array outputs that stay on the device (mx.array feeds
-        are checked as strictly as NumPy ones). RunError names a missing, extra or
-        mistyped input; `backend` is one of BACKENDS. `options` go to the backend; the
-        MLX backend's are `mode` ("auto", "eager", "compiled"), `device` ("cpu", "gpu")
-        and `stats` (record a RunStats for `tensorgraph.codegen_mlx.last_run(prog)`):
-        see tensorgraph/codegen_mlx/executor.py."""
+        must have the declared dtype; NumPy arrays and Python data of another dtype are
+        converted only when that is exact: see tensorgraph/runtime/feeds.py). RunError
+        names a missing, extra or mistyped input, and `inputs` or `params` that is not a
+        dict of name -> value; `backend` is one of BACKENDS. `options` go to the backend
+        (RUN_OPTIONS; any other is a RunError naming it): the MLX backend's are `mode`
+        ("auto", "eager", "compiled"), `device` ("cpu", "gpu") and `stats` (record a
+        RunStats for `tensorgraph.codegen_mlx.last_run(prog)`), see
+        tensorgraph/codegen_mlx/executor.py; the arena executor's are `fill` and
+        `aliasing` (tensorgraph/runtime/arena.py)."""
         from tensorgraph.calls import call
 
-        if backend not in BACKENDS:
-            raise RunError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        check_run_arguments(self.graph, inputs, params, backend, options)
         return call(self, inputs, params, backend, state, options)
 
     def new_state(self, backend: str = "mlx") -> object:
@@ -165,7 +170,40 @@ class Program:
         )
 
 
-def _check_options(options: CompileOptions) -> None:
+def check_run_arguments(
+    graph: Graph,
+    inputs: object,
+    params: object,
+    backend: str,
+    options: Mapping[str, object],
+) -> None:
+    """RunError, before anything runs, for an unknown backend, `inputs` that is not a
+    mapping of input name -> value (a list or None, say), `params` neither None nor a
+    mapping, or an option `backend` does not take (RUN_OPTIONS), each named."""
+    if backend not in BACKENDS:
+        raise RunError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if not isinstance(inputs, Mapping):
+        names = [n.attr("name") for n in graph.nodes if n.op == "input"]  # on error only
+        raise RunError(
+            f"graph {graph.name!r}: inputs must be a dict of input name -> array but got "
+            f"{type(inputs).__name__}; its inputs: {', '.join(names) or 'none'}"
+        )
+    if params is not None and not isinstance(params, Mapping):
+        raise RunError(
+            f"graph {graph.name!r}: params must be None or a dict of param name -> array "
+            f"but got {type(params).__name__}"
+        )
+    unknown = sorted(set(options) - set(RUN_OPTIONS[backend]))
+    if unknown:
+        known = ", ".join(RUN_OPTIONS[backend]) or "none"
+        raise RunError(f"unknown option(s) {unknown} for backend {backend!r}; its options: {known}")
+
+
+def check_options(options: CompileOptions) -> None:
+    """Refuse an invalid option, naming it and its value: an unknown pass, planner or
+    schedule (GraphError / PlanError), an alignment that is not a power of two (bytes;
+    the command line's rule too), a negative budget, time limit or tail guard. `compile`
+    and `tg.load` (for the options a program file records) both call it."""
     from tensorgraph.passes import REWRITES
     from tensorgraph.planner.assign import ALGORITHMS
     from tensorgraph.planner.schedule import STRATEGIES
@@ -183,8 +221,13 @@ def _check_options(options: CompileOptions) -> None:
             f"unknown schedule {options.schedule!r}; choose one of {', '.join(STRATEGIES)}"
         )
     alignment = options.alignment
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
-        raise PlanError(f"alignment must be a positive integer (bytes) but got {alignment!r}")
+    if (
+        isinstance(alignment, bool)
+        or not isinstance(alignment, int)
+        or alignment < 1
+        or alignment & (alignment - 1)
+    ):
+        raise PlanError(f"alignment must be a power of two (bytes) but got {alignment!r}")
     for name in ("schedule_budget", "planner_budget"):
         value = getattr(options, name)
         if value is not None and (
@@ -305,7 +348,8 @@ def compile(
 
     `passes` names the rewrites (dce, cse, fold) and alias analyses (view_alias,
     copy_elim, reinplace) to run, in any order (the compiler fixes theirs; repeats are ignored).
-    `planner` is the offset algorithm; `alignment` (bytes) applies to every buffer
+    `planner` is the offset algorithm; `alignment` (bytes, a power of two, as on the
+    command line) applies to every buffer
     offset and to every size the statistics and the report show. `schedule` picks the
     order ("program", "greedy", "subtree", or "best", never worse than "program").
     `schedule_budget` and `planner_budget` are the searches' work budgets (None: their
@@ -352,7 +396,7 @@ def compile(
         params_in_arena,
         tail_guard,
     )
-    _check_options(options)
+    check_options(options)
     if states is not None:
         _check_state_region(states)
     debug = debug_default() if debug is None else debug

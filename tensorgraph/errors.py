@@ -27,3 +27,8 @@ class RunError(TensorGraphError):
 
 class LoadError(TensorGraphError):
     """A saved program cannot be read: missing, truncated, corrupt or inconsistent."""
+
+
+class SaveError(TensorGraphError):
+    """A program cannot be written: the path is a folder, its folder is missing, or the
+    filesystem refuses it."""

@@ -16,9 +16,11 @@ Loading rebuilds the program without recompiling (no pass, no schedule, no searc
 the graph is verified, liveness is recomputed from (graph, order, aliasing), which is
 cheap and deterministic, the stored offsets are laid over it, and `verify_plan` proves
 the result, so a tampered file can never yield an unsafe plan. Anything wrong (missing
-file, not a zip, truncated, bad CRC, missing member, wrong format number, a weight of
-the wrong size, a plan that fails verification) is one LoadError naming the file and
-what is wrong, never a partial program.
+file, not a zip, truncated, bad CRC, missing member, wrong format number, JSON nested
+past Python's recursion limit, a field of the wrong type, options `compile` would
+refuse, a weight of the wrong size, a plan that fails verification) is one LoadError
+naming the file and what is wrong, never a partial program. Saving to a path that
+cannot be written (a folder, a missing folder) is a SaveError naming the path.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensorgraph.errors import LoadError, TensorGraphError
+from tensorgraph.errors import LoadError, SaveError, TensorGraphError
 from tensorgraph.ir.dtypes import as_dtype
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.verify import verify
@@ -94,8 +96,8 @@ def _record(program: object, members: dict[int, str], blobs: list) -> dict[str, 
 
 def save(program: object, path: str | os.PathLike) -> None:
     """Write `program` (a Program or a MultiProgram) to `path` (see the module
-    docstring); the filesystem's OSError, which names the path, when it cannot be
-    written."""
+    docstring); SaveError naming the path when it is a folder, its folder is missing, or
+    the filesystem refuses it."""
     members: dict[int, str] = {}
     blobs: list[tuple[str, bytes]] = []
     entries = getattr(program, "entries", None)
@@ -107,10 +109,17 @@ def save(program: object, path: str | os.PathLike) -> None:
             "entries": {name: _record(p, members, blobs) for name, p in entries.items()},
         }
     target = Path(path)
-    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_STORED) as archive:
-        archive.writestr(MANIFEST, json.dumps(document))
-        for member, data in blobs:
-            archive.writestr(member, data)
+    if target.is_dir():
+        raise SaveError(f"{target}: is a folder; give a file path such as {target / 'p.tgp'}")
+    if not target.parent.is_dir():
+        raise SaveError(f"{target}: the folder {target.parent} does not exist")
+    try:
+        with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_STORED) as archive:
+            archive.writestr(MANIFEST, json.dumps(document))
+            for member, data in blobs:
+                archive.writestr(member, data)
+    except OSError as err:
+        raise SaveError(f"{target}: cannot write the program file ({err.strerror or err})") from err
 
 
 def load(path: str | os.PathLike) -> object:
@@ -124,7 +133,9 @@ def load(path: str | os.PathLike) -> object:
         raise
     except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as err:
         raise LoadError(f"{where}: cannot read the program file ({err})") from err
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+    except RecursionError as err:
+        raise LoadError(f"{where}: malformed program file (JSON nested too deeply)") from err
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as err:
         raise LoadError(f"{where}: malformed program file ({type(err).__name__}: {err})") from err
     except TensorGraphError as err:
         raise LoadError(f"{where}: the saved program is not sound: {err}") from err
@@ -172,9 +183,43 @@ def _weight(where: Path, archive: zipfile.ZipFile, entry: dict, loaded: dict) ->
     return value
 
 
+def _int(where: Path, value: object, what: str) -> int:
+    """`value` when it is a JSON integer (not a bool, a float or a string), else
+    LoadError naming `what` and the value."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LoadError(f"{where}: {what} must be an integer but got {value!r}")
+    return value
+
+
+def _mapping(where: Path, value: object, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise LoadError(f"{where}: {what} must be a JSON object but got {value!r:.60}")
+    return value
+
+
+def _options(where: Path, raw: object) -> object:
+    """The recorded compile options, checked exactly as `compile` checks its own."""
+    from tensorgraph.compiler import CompileOptions, check_options
+
+    raw = _mapping(where, raw, "options")
+    passes = raw.get("passes")
+    if not isinstance(passes, list) or not all(isinstance(p, str) for p in passes):
+        raise LoadError(f"{where}: options.passes must be a list of pass names but got {passes!r}")
+    options = CompileOptions(**{**raw, "passes": tuple(passes)})
+    check_options(options)
+    return options
+
+
+def _stats(where: Path, raw: object) -> dict:
+    stats = _mapping(where, raw, "stats")
+    for name, value in stats.items():
+        _mapping(where, value, f"stats[{name!r}]")
+    return stats
+
+
 def _program(where: Path, archive: zipfile.ZipFile, document: dict, loaded: dict) -> object:
     """One program from its record (see `_record`), verified."""
-    from tensorgraph.compiler import CompileOptions, Program
+    from tensorgraph.compiler import Program
     from tensorgraph.planner.aliasing import Aliasing
     from tensorgraph.planner.buffers import Assignment
     from tensorgraph.planner.check import verify_plan
@@ -185,13 +230,19 @@ def _program(where: Path, archive: zipfile.ZipFile, document: dict, loaded: dict
     values = {e["name"]: _weight(where, archive, e, loaded) for e in document["params"]}
     graph = Graph.from_nodes(graph.name, graph.nodes, graph.outputs, values, graph.state_positions)
     verify(graph)
-    order = tuple(int(i) for i in document["order"])
+    order = tuple(_int(where, i, "an order entry") for i in document["order"])
     if order != tuple(n.id for n in graph.nodes):
         raise LoadError(f"{where}: the stored order is not the graph's node order")
     aliasing = Aliasing.from_dict(document["aliasing"])
-    raw = document["options"]
-    options = CompileOptions(**{**raw, "passes": tuple(raw["passes"])})
-    saved = document["plan"]
+    options = _options(where, document["options"])
+    stats = _stats(where, document["stats"])
+    saved = _mapping(where, document["plan"], "plan")
+    alignment = _int(where, saved["alignment"], "plan.alignment")
+    if alignment != options.alignment:
+        raise LoadError(
+            f"{where}: plan.alignment {alignment} differs from the options' alignment "
+            f"{options.alignment}"
+        )
     liveness = analyze(
         graph,
         order,
@@ -199,18 +250,24 @@ def _program(where: Path, archive: zipfile.ZipFile, document: dict, loaded: dict
         params_in_arena=options.params_in_arena,
         tail_guard=options.tail_guard,
     )
-    offsets = {int(b): int(o) for b, o in saved["buffer_offsets"]}
+    offsets = {
+        _int(where, b, "a buffer id"): _int(where, o, f"the offset of buffer {b}")
+        for b, o in saved["buffer_offsets"]
+    }
     top = max((offsets.get(b.id, 0) + b.size for b in liveness.buffers), default=0)
     assignment = Assignment(offsets, top)
-    layout = {str(k): int(v) for k, v in saved.get("state_layout", {}).items()}
+    layout = {
+        str(k): _int(where, v, f"the state offset of {k!r}")
+        for k, v in _mapping(where, saved.get("state_layout", {}), "plan.state_layout").items()
+    }
     plan = assemble_plan(
         graph,
         liveness,
         assignment,
         str(saved["algorithm"]),
-        int(saved["alignment"]),
+        alignment,
         aliasing,
-        states=(layout, int(saved.get("state_size", 0))),
+        states=(layout, _int(where, saved.get("state_size", 0), "plan.state_size")),
     )
     if plan.arena_size != saved["arena_size"]:
         raise LoadError(
@@ -218,4 +275,4 @@ def _program(where: Path, archive: zipfile.ZipFile, document: dict, loaded: dict
             f"but the file records {saved['arena_size']}"
         )
     verify_plan(graph, plan, aliasing)
-    return Program(graph, order, aliasing, plan, options, document["stats"], graph)
+    return Program(graph, order, aliasing, plan, options, stats, graph)

@@ -2,8 +2,11 @@
 
 Graphs mix broadcasting binaries, unaries, comparisons feeding `where`, views (reshape,
 axis-0 narrow, same-dtype cast), copies (transpose, other-axis narrow), reductions,
-softmax, matmul, concatenation and slice updates, with 1-3 outputs that may repeat or
-be an input or a view: the planner's edge cases. Values stay finite: every producer of
+softmax, matmul, concatenation, slice updates and fused ops, with 1-3 outputs that may
+repeat or be an input or a view: the planner's edge cases. Every tensor a builder hands
+on is non-empty, but fused ops also run on zero-size slices (attention over zero keys or
+of head dim 0, norms of empty rows, group norm of batch 0, rope of length 0), their
+empty results concatenated back onto a non-empty tensor. Values stay finite: every producer of
 large values is squashed (exp only of tanh'd values), so oracles compare exactly.
 """
 
@@ -138,7 +141,57 @@ def _matmul(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
     return tg.tanh(a @ a.T) if a.ndim == 2 else _unary(draw, live)
 
 
-BUILDERS = (_unary, _unary, _binary, _binary, _where, _view, _view, _layout, _reduce, _matmul)
+def _fused(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
+    """A fused op over a live tensor x, seen as (1, 1, rows, D) for attention, (1, rows,
+    D) otherwise. Normalisations only run on an empty slice (their value would amplify
+    float32 rounding past the MLX tolerance), whose empty result is concatenated back
+    onto x; attention and rope run on x itself or on an empty slice of it."""
+    x = _pick(draw, live)
+    shape, depth = x.shape, x.shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    kind = draw(st.sampled_from(["attention", "no_keys", "no_depth", "norm", "group", "rope"]))
+    if kind in ("attention", "no_keys", "no_depth"):
+        q = x.reshape((1, 1, rows, depth))
+        mask = draw(st.sampled_from([None, "causal"]))
+        if kind == "no_keys":  # every row attends to nothing: zeros
+            keys = tg.narrow(q, 2, 0, 0)
+            return tg.scaled_dot_product_attention(q, keys, keys, mask=mask).reshape(shape)
+        if kind == "no_depth":  # scores all 0 at the default scale: rows average v
+            empty = tg.narrow(q, 3, 0, 0)
+            return tg.scaled_dot_product_attention(empty, empty, q, mask=mask).reshape(shape)
+        return tg.scaled_dot_product_attention(q, q, q, mask=mask).reshape(shape)
+    x3 = x.reshape((1, rows, depth))
+    if kind == "norm":
+        empty = tg.narrow(x, x.ndim - 1, 0, 0)
+        normed = draw(st.sampled_from([tg.layer_norm, tg.rms_norm]))(empty)
+        return tg.concatenate([x, normed], axis=x.ndim - 1)
+    if kind == "group":  # batch 0
+        groups = draw(st.sampled_from([g for g in range(1, rows + 1) if rows % g == 0]))
+        normed = tg.group_norm(tg.narrow(x3, 0, 0, 0), groups)
+        return tg.concatenate([normed, x3], axis=0).reshape(shape)
+    if depth < 2:
+        return _unary(draw, live)
+    dims = 2 * draw(st.integers(1, depth // 2))
+    traditional = draw(st.booleans())
+    if draw(st.booleans()):  # length 0
+        rotated = tg.rope(tg.narrow(x3, 1, 0, 0), dims, traditional=traditional)
+        return tg.concatenate([x3, rotated], axis=1).reshape(shape)
+    return tg.rope(x3, dims, traditional=traditional, offset=draw(st.integers(0, 4)))
+
+
+BUILDERS = (
+    _unary,
+    _unary,
+    _binary,
+    _binary,
+    _where,
+    _view,
+    _view,
+    _layout,
+    _reduce,
+    _matmul,
+    _fused,
+)
 
 
 @st.composite

@@ -4,6 +4,7 @@ units, time limits, capacities, solution files, progress lines, and one-line err
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,44 @@ def test_plan_csv_prints_the_range_of_the_optimum_above_the_bound(hard) -> None:
     arena = re.search(r"arena ([\d,]+), lower bound", result.stdout).group(1)
     assert int(arena.replace(",", "")) > bound
     assert line.startswith(f"certificate: optimum in [{bound:,}, {arena}] B"), line
+
+
+def test_the_printed_bound_never_exceeds_the_printed_arena_when_aligned(tmp_path) -> None:
+    # One 10-byte buffer at alignment 64 sits at offset 0: arena 10, and 10 is also the
+    # bound (it printed "lower bound 64, ratio 0.1562" beside "arena 10 B = lower bound").
+    path = tmp_path / "small.csv"
+    path.write_text("id,lower,upper,size\n0,0,2,10\n")
+    result = tensorgraph("plan-csv", str(path), "--alignment", "64")
+    assert result.returncode == 0, result.stderr
+    assert "1 buffers, arena 10, lower bound 10, ratio 1.0000" in result.stdout
+    assert "certificate: optimal (arena 10 B = lower bound)" in result.stdout
+
+
+def test_an_aligned_overlap_bounds_the_top_not_the_aligned_sum(tmp_path) -> None:
+    # Two live 10-byte buffers at alignment 64: offsets 0 and 64, top 74. The bound on
+    # the top is max(10 + 10, 64 + 64 - 63) = 65, below the arena; the capacity bounds
+    # aligned extents, 128 of them, so 100 does not fit.
+    path = tmp_path / "pair.csv"
+    path.write_text("id,lower,upper,size\n0,0,2,10\n1,1,3,10\n")
+    result = tensorgraph("plan-csv", str(path), "--alignment", "64")
+    arena, bound = re.search(r"arena (\d+), lower bound (\d+),", result.stdout).groups()
+    assert (int(arena), int(bound)) == (74, 65)
+    capacity = tensorgraph("plan-csv", str(path), "--alignment", "64", "--capacity", "100")
+    assert "lower bound 65 (128 for aligned extents), capacity 100: does not fit" in (
+        capacity.stdout
+    )
+
+
+def test_a_directory_is_named_as_one(tmp_path) -> None:
+    result = tensorgraph("plan-csv", str(tmp_path))
+    fails_in_one_line(result, f"{tmp_path} is a directory, not a MiniMalloc CSV file")
+
+
+@pytest.mark.parametrize("where", ["missing", "folder"])
+def test_a_bad_out_path_is_refused_before_planning(hard, tmp_path, where) -> None:
+    out = tmp_path / "nowhere" / "x.csv" if where == "missing" else tmp_path
+    began = time.perf_counter()
+    result = tensorgraph("plan-csv", str(hard), "--out", str(out))
+    fails_in_one_line(result, "argument --out: ")
+    assert "hard.csv:" not in result.stdout, "it planned before refusing the path"
+    assert time.perf_counter() - began < 30

@@ -84,6 +84,8 @@ def _device(device: str | None) -> mx.Device:
         return mx.default_device()
     if device not in ("cpu", "gpu"):
         raise RunError(f"unknown MLX device {device!r}; choose 'cpu' or 'gpu'")
+    if device == "gpu" and not mx.is_available(mx.gpu):
+        raise RunError("device 'gpu': this MLX has no GPU backend here; use device='cpu'")
     return mx.cpu if device == "cpu" else mx.gpu
 
 

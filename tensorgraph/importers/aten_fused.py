@@ -75,8 +75,6 @@ def _attention(
         rows = tg.arange(ctx.graph, 0, length).reshape(length, 1)
         mask = tg.arange(ctx.graph, 0, keys).reshape(1, keys) <= rows
         is_causal = False
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
     if q.ndim == 4 and k.ndim == 4 and v.ndim == 4:
         k, v = grouped_heads(k, v, q.shape[1])
     return tg.scaled_dot_product_attention(

@@ -119,10 +119,22 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
-def from_torch(module: torch.nn.Module, example_inputs: tuple, name: str | None = None) -> tg.Graph:
-    """The graph of `module` exported on `example_inputs` (see the module docstring).
-    GraphError naming the failing step (export, decompositions, import) otherwise."""
+def from_torch(
+    module: torch.nn.Module, example_inputs: tuple | torch.Tensor, name: str | None = None
+) -> tg.Graph:
+    """The graph of `module` exported on `example_inputs` (see the module docstring): a
+    tuple (or list) of the forward's positional arguments, as torch.export takes them;
+    a lone tensor is the one argument `(tensor,)`. GraphError naming the failing step
+    (export, decompositions, import) otherwise, or naming the type of `example_inputs`
+    when it is neither."""
     name = name or type(module).__name__.lower()
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, tuple | list):
+        raise GraphError(
+            f"importing {name!r}: example_inputs must be a tuple of the forward's arguments "
+            f"(or one tensor) but got {type(example_inputs).__name__}"
+        )
     try:
         program = torch.export.export(module, tuple(example_inputs))
     except Exception as err:

@@ -309,14 +309,16 @@ def scaled_dot_product_attention(
 ) -> Tensor:
     """softmax(scale * q k^T + mask) v (see the module docstring), MLX's signature.
 
-    `scale` defaults to 1/sqrt(D); `mask` is None, "causal", or a bool (True = attend)
-    or additive float Tensor broadcastable to (B, H, L, S). ShapeError/DTypeError name
+    `scale` defaults to 1/sqrt(D), and to 1.0 when D is 0 (the scores are then all 0
+    whatever the scale, so each row averages v, as MLX gives for any finite scale).
+    `mask` is None, "causal", or a bool (True = attend) or additive float Tensor
+    broadcastable to (B, H, L, S). ShapeError/DTypeError name
     the operand whose heads, head dim, batch or mask do not fit."""
     if isinstance(mask, str) and mask != "causal":
         raise GraphError(f"scaled_dot_product_attention: mask must be 'causal' but got {mask!r}")
     causal = isinstance(mask, str)
     if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape else 1.0
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape and q.shape[-1] else 1.0
     array_mask = None if causal else mask
     return _emit(
         "scaled_dot_product_attention",

@@ -72,12 +72,20 @@ def graph_to_json(graph: Graph) -> str:
     return json.dumps(document)
 
 
+def _object(value: object, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise GraphError(f"malformed graph JSON: {what} must be an object but got {value!r:.60}")
+    return value
+
+
 def graph_from_json(text: str) -> Graph:
-    """The graph `graph_to_json` wrote, verified."""
+    """The graph `graph_to_json` wrote, verified. GraphError naming the problem for text
+    that is not JSON, nested past Python's recursion limit, not an object of this
+    format, or with a field of the wrong type."""
     from tensorgraph.ir.verify import verify
 
     try:
-        document = json.loads(text)
+        document = _object(json.loads(text), "the top level")
         if document.get("format") != FORMAT:
             raise GraphError(f"not a tensorgraph graph (format {document.get('format')!r})")
         # Attributes added to an op after a file was written take their defaults, so
@@ -101,11 +109,14 @@ def graph_from_json(text: str) -> Graph:
             name: np.frombuffer(base64.b64decode(p["data"]), dtype=as_dtype(p["dtype"]).to_numpy())
             .reshape(p["shape"])
             .copy()
-            for name, p in document["params"].items()
+            for name, p in _object(document["params"], "params").items()
         }
-        positions = {str(k): int(v) for k, v in document.get("state_updates", {}).items()}
+        updates = _object(document.get("state_updates", {}), "state_updates")
+        positions = {str(k): int(v) for k, v in updates.items()}
         graph = Graph.from_nodes(document["name"], nodes, document["outputs"], params, positions)
-    except (KeyError, TypeError, ValueError) as err:
+    except RecursionError as err:
+        raise GraphError("malformed graph JSON: nested too deeply") from err
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise GraphError(f"malformed graph JSON: {err!r}") from err
     verify(graph)
     return graph

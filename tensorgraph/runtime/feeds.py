@@ -3,16 +3,20 @@
 Every backend calls `bind_feeds` first, so a missing, extra, mis-shaped or mistyped
 value is a RunError naming it before any op runs (never a partial result).
 
-Typing rule: an array (anything with a dtype: ndarray, NumPy scalar, array-likes of
-other libraries) must have exactly the declared dtype; nothing is cast silently. Plain
-Python data (scalars, nested lists and tuples) has no dtype of its own and is converted
-to the declared one, unless that changes its kind (a float into an integer input, an int
-into a bool one) or overflows it.
+Typing rule, one for arrays (ndarray, NumPy scalar, array-likes of other libraries) and
+plain Python data (scalars, nested lists and tuples, read as NumPy reads them: float64,
+int64 or bool) alike: a value of the declared dtype is taken as is; one of another
+dtype is converted only when the conversion is exact: the same kind or a wider one
+(NumPy's "same_kind" cast: never a float into an integer input, nor an int into a bool
+one) and every element keeps its value (NaN stays NaN). Anything else is a RunError
+naming the input, the expected dtype and the first element that would change, so a
+float64 array of 1.5s feeds a float32 input and one holding 0.1 is refused, as the list
+[0.1] is: nothing is rounded, wrapped or overflowed silently.
 
 Backend-native arrays: a backend that computes on its own array type (MLX's mx.array)
 passes `native`, a function giving such a value's IR dtype name (None for anything
-else). A native value is checked as strictly as an ndarray (exact shape, exact dtype)
-and returned as is, never converted, so it stays on its device.
+else). A native value must have exactly the declared shape and dtype: it is returned
+as is, never converted (not even exactly), so it stays on its device as given.
 """
 
 from __future__ import annotations
@@ -31,20 +35,39 @@ _PYTHON_DATA = (bool, int, float, list, tuple)
 NativeDType = Callable[[object], str | None]  # a native array's IR dtype name, else None
 
 
+def _exactly(kind: str, name: str, array: np.ndarray, expected: np.dtype, what: str) -> np.ndarray:
+    """`array` (described as `what`) converted to `expected` when that is exact (see the
+    module docstring), else RunError naming the input and the first value that changes."""
+    if array.dtype.kind not in "biuf" or (
+        array.size and not np.can_cast(array.dtype, expected, "same_kind")
+    ):
+        raise RunError(f"{kind} {name!r}: expected dtype {expected} but got {what}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        converted = array.astype(expected)
+        kept = (converted == array) & (converted.astype(array.dtype) == array)
+    if array.dtype.kind == "f":
+        kept |= np.isnan(array) & np.isnan(converted.astype(np.float64))
+    if not kept.all():
+        at = np.unravel_index(int(np.argmin(kept)), array.shape)
+        where = f" at index {tuple(int(i) for i in at)}" if array.ndim else ""
+        raise RunError(
+            f"{kind} {name!r}: expected dtype {expected} but got {what}; cannot convert it "
+            f"exactly: {array[at].item()!r}{where} would become {converted[at].item()!r}"
+        )
+    return converted
+
+
 def _from_python(kind: str, name: str, value: object, expected: np.dtype) -> np.ndarray:
-    """Python data as an array of `expected` (RunError when the conversion changes it)."""
+    """Python data as an array of `expected` (RunError unless the conversion is exact)."""
     try:
         natural = np.asarray(value)
-        array = np.asarray(value, dtype=expected)
     except (TypeError, ValueError, OverflowError) as err:
-        raise RunError(f"{kind} {name!r}: cannot convert {value!r} to {expected}: {err}") from err
-    if natural.dtype.kind not in "biuf" or (
-        natural.size and not np.can_cast(natural.dtype, expected, "same_kind")
-    ):
         raise RunError(
-            f"{kind} {name!r}: expected dtype {expected} but got Python data of {natural.dtype}"
-        )
-    return array
+            f"{kind} {name!r}: cannot convert {value!r:.60} to {expected}: {err}"
+        ) from err
+    if natural.dtype == expected:
+        return natural
+    return _exactly(kind, name, natural, expected, f"Python data of {natural.dtype}")
 
 
 def _checked_native(kind: str, node: Node, value: object, dtype: str) -> object:
@@ -80,7 +103,7 @@ def _checked(kind: str, node: Node, value: object, native: NativeDType | None = 
     if tuple(array.shape) != node.shape:
         raise RunError(f"{kind} {name!r}: expected shape {node.shape} but got {array.shape}")
     if array.dtype != expected:
-        raise RunError(f"{kind} {name!r}: expected dtype {node.dtype} but got {array.dtype}")
+        return _exactly(kind, name, array, expected, str(array.dtype))
     return array
 
 

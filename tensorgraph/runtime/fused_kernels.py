@@ -10,7 +10,10 @@ table both NumPy executors use.
 
 An attention row whose every key is masked out (a bool mask row with no True, an
 additive mask row of -inf, a causal query before the first key when S < L) has no
-softmax; its output is 0, as torch gives (its math kernel's `_safe_softmax`).
+softmax; its output is 0, as torch gives (its math kernel's `_safe_softmax`). So is
+every row of attention over zero keys (S = 0), as MLX gives. Zero-size operands run
+like any other: a normalisation of an empty row, a group norm of batch 0 or a rope of
+length 0 gives its (empty) result, never a NumPy error or warning.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def attention_scores(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
 
 def _sdpa(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     scores = attention_scores(node, args)
-    top = scores.max(axis=-1, keepdims=True)
+    top = scores.max(axis=-1, keepdims=True, initial=-np.inf)  # S = 0: every row is dead
     dead = np.isneginf(top)  # every key masked: the row's output is 0 (torch's rule)
     probs = np.exp(scores - np.where(dead, 0.0, top))
     probs /= np.where(dead, 1.0, probs.sum(axis=-1, keepdims=True))
@@ -71,6 +74,8 @@ def _sdpa(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
 
 def _layer_norm(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     x = _wide(args[0])
+    if not x.size:  # no row to normalise (NumPy's mean of an empty row warns)
+        return _result(node, x)
     mean = x.mean(axis=-1, keepdims=True)
     var = np.square(x - mean).mean(axis=-1, keepdims=True)
     y = (x - mean) / np.sqrt(var + node.attr("eps"))
@@ -81,12 +86,16 @@ def _layer_norm(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
 
 def _rms_norm(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     x = _wide(args[0])
+    if not x.size:
+        return _result(node, x)
     y = x / np.sqrt(np.square(x).mean(axis=-1, keepdims=True) + node.attr("eps"))
     return _result(node, y * _wide(args[1]) if len(args) == 2 else y)
 
 
 def _group_norm(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     x = _wide(args[0])
+    if not x.size:  # batch 0, no channel or no position (reshape cannot infer a -1 of 0)
+        return _result(node, x)
     batch, channels = x.shape[:2]
     grouped = x.reshape(batch, node.attr("num_groups"), -1)
     mean = grouped.mean(axis=-1, keepdims=True)

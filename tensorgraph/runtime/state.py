@@ -287,3 +287,29 @@ def check_indices(
                 f"{describe(node)}: index {index[bad].flat[0]} is out of range for axis "
                 f"{node.attr('axis')} of size {size}"
             )
+
+
+def check_values(state: State, states: Sequence[Node]) -> None:
+    """RunError naming the state unless every value `state` holds for `states` is still
+    an array of its declared shape and dtype (a caller may have replaced one in
+    `state.values`, or the arena region). Duck-typed, so the oracles import no backend:
+    an MLX value's dtype is read from its name."""
+    if state.backend == "arena":
+        region = state.region
+        if not isinstance(region, np.ndarray) or region.shape != (state.size,):
+            raise RunError(f"the arena State's region is not {state.size} bytes: {region!r:.60}")
+        return
+    for node in states:
+        value = state.values.get(node.name)
+        shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+        if state.backend == "numpy":
+            kind_ok = isinstance(value, np.ndarray)
+        else:
+            kind_ok = type(value).__module__.partition(".")[0] == "mlx"
+        dtype = str(dtype).rsplit(".", 1)[-1]
+        if not kind_ok or tuple(shape) != node.shape or dtype != node.dtype.name:
+            found = type(value).__name__ + (f" {tuple(shape)} {dtype}" if kind_ok else "")
+            raise RunError(
+                f"state {node.name!r}: expected a {state.backend} array {node.shape} "
+                f"{node.dtype} but the State holds {found}"
+            )

@@ -6,8 +6,10 @@ signed and unsigned integers and bool, 0-d tensors and tensors with a zero-size 
 and the ops where MLX and NumPy part ways: integer arithmetic that wraps, reductions
 over empty axes, `take` with 0-d and empty index arrays (also feeding `slice_update`),
 `full` and `arange` of every dtype, integer matmul, pools and convolutions on integers
-and bools. Every graph is valid and every feed in range, so the NumPy reference never
-raises: each case is a graph the MLX backend must run to the reference's result.
+and bools, and the fused ops on zero-size operands (attention over zero keys or of head
+dim 0, norms of empty rows, group norm of batch 0, rope of length 0). Every graph is
+valid and every feed in range, so the NumPy reference never raises: each case is a graph
+the MLX backend must run to the reference's result.
 
 Values are kept comparable: each tensor carries a bound on its magnitude and whether
 both backends compute it bit for bit ("exact": inputs, integer and bool arithmetic,
@@ -373,6 +375,46 @@ def _pool_or_conv(b: _Builder) -> tg.Tensor:
     return b.add(tg.tanh(y) if dtype.is_float else y, 1 if dtype.is_float else 300, False)
 
 
+# ---------------------------------------------------------------- fused ops
+
+
+def _dim(b: _Builder) -> int:
+    return b.draw(st.sampled_from([0, 1, 2, 3]))
+
+
+def _fused(b: _Builder) -> tg.Tensor:
+    """A fused op on fresh float32 inputs whose dims may be 0 (see the module docstring);
+    fresh inputs keep the normalised rows well conditioned for the float32 comparison."""
+    kind = b.draw(st.sampled_from(["attention", "layer_norm", "rms_norm", "group", "rope"]))
+    if kind == "attention":
+        batch, length, keys, depth = (_dim(b) for _ in range(4))
+        kv_heads, group = b.draw(st.integers(1, 2)), b.draw(st.integers(1, 2))
+        q = b.input((batch, kv_heads * group, length, depth), tg.float32)
+        k = b.input((batch, kv_heads, keys, depth), tg.float32)
+        v = b.input((batch, kv_heads, keys, _dim(b)), tg.float32)
+        mask = b.draw(st.sampled_from([None, "causal", tg.bool_, tg.float32]))
+        if isinstance(mask, tg.DType):
+            mask = b.input((length, keys), mask, -2, 2)
+        y = tg.scaled_dot_product_attention(q, k, v, mask=mask)
+        return b.add(y, 2, False)  # an average of v's rows, or 0
+    if kind == "group":
+        groups = b.draw(st.integers(1, 2))
+        x = b.input((_dim(b), groups * _dim(b), _dim(b)), tg.float32)
+        return b.add(tg.group_norm(x, groups), 8, False)
+    if kind == "rope":
+        depth = b.draw(st.sampled_from([2, 4]))
+        x = b.input((_dim(b), _dim(b), depth), tg.float32)
+        dims = b.draw(st.sampled_from([2, depth]))
+        y = tg.rope(x, dims, traditional=b.draw(st.booleans()), offset=b.draw(st.integers(0, 5)))
+        return b.add(y, 3, False)
+    shape = (*b.draw(shapes(max_rank=2)), _dim(b))
+    x = b.input(shape, tg.float32)
+    if kind == "layer_norm":
+        weight, bias = (b.input(shape[-1:], tg.float32) for _ in range(2))
+        return b.add(tg.layer_norm(x, weight, bias), 8, False)
+    return b.add(tg.rms_norm(x, b.input(shape[-1:], tg.float32)), 8, False)
+
+
 BUILDERS = (
     _new_input,
     _unary,
@@ -391,6 +433,7 @@ BUILDERS = (
     _generator,
     _matmul,
     _pool_or_conv,
+    _fused,
 )
 
 

@@ -179,3 +179,53 @@ def test_rope_tables_are_shared_and_bounded() -> None:
     for node in nodes:
         fused._rope_tables(node, 3)
     assert len(fused._ROPE_TABLES) <= fused.ROPE_TABLES_KEPT
+
+
+_attention = tg.scaled_dot_product_attention
+_QKV = {"q": (1, 2, 3, 4), "k": (1, 2, 0, 4), "v": (1, 2, 0, 5)}
+ZERO_SIZE = {  # id: (build, input shapes, expected value written out from the definition)
+    "attention over zero keys": (_attention, _QKV, lambda q, k, v: np.zeros((1, 2, 3, 5))),
+    "causal attention over zero keys": (
+        lambda q, k, v: _attention(q, k, v, mask="causal"),
+        _QKV,
+        lambda q, k, v: np.zeros((1, 2, 3, 5)),
+    ),
+    "attention of head dim 0": (  # every score is 0 at the default scale: rows average v
+        _attention,
+        {"q": (1, 2, 3, 0), "k": (1, 2, 4, 0), "v": (1, 2, 4, 3)},
+        lambda q, k, v: np.broadcast_to(v.mean(axis=2, keepdims=True), (1, 2, 3, 3)),
+    ),
+    "group norm of batch 0": (
+        lambda x: tg.group_norm(x, 2),
+        {"x": (0, 4, 3)},
+        lambda x: np.zeros((0, 4, 3)),
+    ),
+    "layer norm of empty rows": (tg.layer_norm, {"x": (3, 0)}, lambda x: np.zeros((3, 0))),
+    "rms norm of no rows": (tg.rms_norm, {"x": (0, 4)}, lambda x: np.zeros((0, 4))),
+    "rope of length 0": (lambda x: tg.rope(x, 4), {"x": (2, 0, 4)}, lambda x: x),
+}
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("backend", ["numpy", "arena", "mlx"])
+@pytest.mark.parametrize("name", sorted(ZERO_SIZE))
+def test_zero_size_fused_ops_run_on_every_backend(name: str, backend: str) -> None:
+    # The NumPy oracles crashed here (np.max of an empty axis, a reshape of batch 0) or
+    # warned (the mean of an empty row), and the builder divided by a head dim of 0,
+    # while MLX gave these values.
+    build, shapes, expected = ZERO_SIZE[name]
+    g = tg.Graph("zero size")
+    g.output(build(**{k: g.input(k, s) for k, s in shapes.items()}))
+    rng = np.random.default_rng(3)
+    feeds = {k: rng.uniform(-2, 2, s).astype(np.float32) for k, s in shapes.items()}
+    want = expected(**feeds)
+    (got,) = tg.compile(g).run(feeds, backend=backend)
+    assert got.shape == want.shape
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_the_default_scale_of_head_dim_0_is_1() -> None:
+    g = tg.Graph("no depth")
+    q = g.input("q", (1, 1, 2, 0))
+    assert tg.scaled_dot_product_attention(q, q, q).node.attr("scale") == 1.0

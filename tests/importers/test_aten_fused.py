@@ -73,6 +73,9 @@ ATTENTION_CASES = {
         Attention(False),
         (rand(1, 2, 3, 8), rand(1, 2, 5, 8), rand(1, 2, 5, 8), rand(1, 1, 3, 5)),
     ),
+    # zero-size: torch's default scale over head dim 0 averages v; zero keys give zeros
+    "head-dim-0": (Attention(False), (rand(1, 2, 3, 0), rand(1, 2, 5, 0), rand(1, 2, 5, 4))),
+    "zero-keys": (Attention(False), (rand(1, 2, 3, 8), rand(1, 2, 0, 8), rand(1, 2, 0, 8))),
 }
 
 

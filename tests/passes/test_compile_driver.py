@@ -86,7 +86,9 @@ def test_every_plan_is_verified_without_debug(monkeypatch) -> None:
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
-        ("alignment", 0, "alignment must be a positive integer"),
+        ("alignment", 0, "alignment must be a power of two .bytes. but got 0"),
+        ("alignment", 3, "alignment must be a power of two .bytes. but got 3"),
+        ("alignment", 48, "alignment must be a power of two .bytes. but got 48"),
         ("schedule_budget", -1, "schedule_budget must be None or an int >= 0"),
         ("planner_budget", 1.5, "planner_budget must be None or an int >= 0"),
         ("time_limit", -2.0, "time_limit must be None or a number of seconds >= 0"),

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorgraph as tg
-from tensorgraph.ir.ops import OPS
+from tensorgraph.ir.ops import OPS, workspace_bytes
 from tensorgraph.planner.aliasing import Alias, Aliasing, analyze_aliasing
-from tensorgraph.planner.liveness import NO_ALIASING, Storage, analyze
+from tensorgraph.planner.liveness import NO_ALIASING, Storage, WorkspaceId, analyze
 from tests.strategies import graphs
 
 Marked = tuple[tg.Graph, Aliasing]
@@ -291,7 +291,8 @@ def brute_force(
 ) -> dict[int, tuple[int, int, int]]:
     """Buffers from the definition, quadratic and sharing no code with `analyze`: follow
     the aliases to each node's root; a root lives from its birth to one past the last step
-    at which any node mapped to it is defined or read, or to the end if one is an output."""
+    at which any node mapped to it is defined or read, or to the end if one is an output.
+    A node declaring workspace bytes has a workspace buffer live during its step only."""
     order = [n.id for n in graph.nodes]
     step = {n: s for s, n in enumerate(order)}
 
@@ -312,6 +313,10 @@ def brute_force(
             len(order) if loaded_once or any(root(o) == r for o in graph.outputs) else max(uses) + 1
         )
         buffers[r] = (node.nbytes, 0 if OPS[node.op].boundary else step[r], end)
+    for node in graph.nodes:
+        if workspace_bytes(node, graph) > 0:
+            at = step[node.id]
+            buffers[WorkspaceId(node.id)] = (workspace_bytes(node, graph), at, at + 1)
     return buffers
 
 

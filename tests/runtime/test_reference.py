@@ -59,12 +59,14 @@ def test_python_data_is_converted_to_the_declared_dtype() -> None:
     assert feeds[z.id].shape == (0,)
 
 
-def test_numpy_scalars_need_the_exact_dtype() -> None:
+def test_numpy_scalars_are_converted_only_exactly() -> None:
     g = tg.Graph()
     s = g.input("s", (), tg.float32)
     assert bind_feeds(g, {"s": np.float32(2.5)})[s.id] == 2.5
+    exact = bind_feeds(g, {"s": np.float64(2.5)})[s.id]
+    assert exact.dtype == np.float32 and exact == 2.5
     with pytest.raises(tg.RunError, match="input 's': expected dtype float32 but got float64"):
-        bind_feeds(g, {"s": np.float64(2.5)})
+        bind_feeds(g, {"s": np.float64(0.1)})
 
 
 def test_a_graph_without_inputs_binds_nothing() -> None:
