@@ -136,10 +136,12 @@ def _passes(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(p for p in DEFAULT_PASSES if p not in off)
 
 
-def _compile(args: argparse.Namespace, alignment: int = 64) -> tuple[object, Program]:
+def _compile(
+    args: argparse.Namespace, alignment: int = 64, notes: list | None = None
+) -> tuple[object, Program]:
     model = _build(args.model, args.config)
     prog = compile(
-        model.graph,
+        _precision(args, model.graph, notes),
         passes=_passes(args),
         planner=args.algorithm,
         alignment=alignment,
@@ -199,9 +201,14 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     from tensorgraph.planner.report import format_program_header
 
-    _, prog = _compile(args, args.alignment)
+    notes: list[str] = []
+    _, prog = _compile(args, args.alignment, notes)
+    for note in notes:
+        print(note)
     # The full report starts with the header: one or the other, so no line shows twice.
     print(prog.report() if args.report else format_program_header(prog))
+    if not args.report:  # the full report ends with it
+        print(prog.memory().table())
     print(_summary(prog, args.alignment))
     if args.json:
         Path(args.json).write_text(prog.plan.to_json())
@@ -218,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tensorgraph.runtime.reference import run_reference
 
     model, prog = _compile(args)
-    inputs = model.inputs(args.seed)
+    inputs = _typed_inputs(prog.source, model.inputs(args.seed))
     expected = run_reference(prog.source, inputs)
     began = time.perf_counter()
     prog.run(inputs, backend=args.backend)  # the first run sets up the backend (MLX)
@@ -461,6 +468,8 @@ def _zoo_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _Generatio
     config = LlamaConfig()
     entries = llama_generation(config, max_seq=args.max_seq, buckets=buckets, seed=args.seed)
     weights = llama_weights(config, args.seed)
+    if _converted(args):  # the oracle is then the reference interpreter (cmd_generate)
+        return _GenerationModel(_precision(args, entries), config.vocab, None, "")
 
     def expected(prompt: np.ndarray, tokens: int) -> np.ndarray:
         return reference_generate(config, weights, prompt, tokens).tokens
@@ -497,7 +506,12 @@ def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _Generation
     torch.manual_seed(args.seed)
     config = llama_config(**HF_LLAMA, max_position_embeddings=args.max_seq)
     model = llama_model(config).eval()
+    if args.dtype != "float32":  # torch's own half-precision model, imported as it is
+        model = model.to(getattr(torch, args.dtype))
     entries = from_torch_generation(model, max_seq=args.max_seq, prompt_buckets=buckets)
+    if _converted(args):  # the oracle is then the reference interpreter (cmd_generate)
+        quantized = _precision(args.__class__(**{**vars(args), "dtype": "float32"}), entries)
+        return _GenerationModel(quantized, config.vocab_size, None, "")
 
     def expected(prompt: np.ndarray, tokens: int) -> np.ndarray:
         ids = torch.tensor(prompt[None].astype(np.int64))
@@ -515,10 +529,23 @@ def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _Generation
     return _GenerationModel(entries, config.vocab_size, expected, "transformers generate")
 
 
+def _converted(args: argparse.Namespace) -> bool:
+    return args.dtype != "float32" or args.quantize is not None
+
+
+def _precision_name(args: argparse.Namespace) -> str:
+    parts = [args.dtype]
+    if args.quantize is not None:
+        parts.append(f"{args.quantize}-bit {args.quant_mode}")
+    return " ".join(parts)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     """Greedy generation with a multi-entry program (prefill buckets + decode sharing
     weights, KV-cache state and one arena), checked token for token against the plain
-    NumPy reference loop (llama) or transformers' own greedy generate (hf-llama). Lengths
+    NumPy reference loop (llama) or transformers' own greedy generate (hf-llama); with
+    --dtype or --quantize, against the reference interpreter running the same converted
+    program (a float32 oracle cannot give a reduced-precision model's tokens). Lengths
     are checked before anything is compiled."""
     from tensorgraph.models.generation import choose_bucket, generate
     from tensorgraph.planner.report import human
@@ -527,12 +554,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not fitting:
         raise UsageError(f"no bucket of {list(args.buckets)} fits --max-seq {args.max_seq}")
     choose_bucket(fitting, args.max_seq, args.prompt_len, args.tokens)  # before compiling
+    _group_size(args)
     began = time.perf_counter()
     model = (_hf_llama if args.model == "hf-llama" else _zoo_llama)(args, fitting)
     program = compile(model.entries)
     print(
-        f"{args.model}: entries {', '.join(model.entries)} (max_seq {args.max_seq}) compiled "
-        f"in {time.perf_counter() - began:.2f} s"
+        f"{args.model}{f' ({_precision_name(args)})' if _converted(args) else ''}: entries "
+        f"{', '.join(model.entries)} "
+        f"(max_seq {args.max_seq}) compiled in {time.perf_counter() - began:.2f} s"
     )
     prompt = np.random.default_rng(args.seed).integers(0, model.vocab, args.prompt_len)
     if args.backend == "mlx":  # the first calls trace each entry: not what tok/s measures
@@ -547,25 +576,59 @@ def cmd_generate(args: argparse.Namespace) -> int:
         f"({result.prefill_seconds * 1000:.1f} ms); decode: {decode} "
         f"({result.decode_steps} steps, {result.decode_seconds * 1000:.1f} ms) on {args.backend}"
     )
-    memory = result.memory
     print(
         "memory per entry (arena): "
-        + ", ".join(f"{name} {human(size)}" for name, size in memory.entries.items())
+        + ", ".join(f"{name} {human(size)}" for name, size in result.memory.entries.items())
     )
-    print(
-        f"memory shared: weights {human(memory.weights)}, state {human(memory.state)}, "
-        f"arena max {human(memory.arena)}, total {human(memory.total)}"
-    )
-    expected = model.expected(prompt, args.tokens)
+    print(program.memory().table())
+    if model.expected is None:  # a converted program: the reference interpreter runs it
+        expected = generate(program, prompt, args.tokens, backend="numpy").tokens
+        oracle = f"the NumPy reference interpreter ({_precision_name(args)} program)"
+        if args.dtype != "float32" and args.backend == "mlx":
+            return _check_rounding(args, program, prompt, result.tokens, expected, oracle)
+    else:
+        expected, oracle = model.expected(prompt, args.tokens), model.oracle
     if not np.array_equal(result.tokens, expected):
         step = int(np.argmax((result.tokens != expected).any(axis=0)))
         print(
-            f"tokens match {model.oracle}: NO (first difference at new token {step}: "
+            f"tokens match {oracle}: NO (first difference at new token {step}: "
             f"{result.tokens[:, step].tolist()} vs {expected[:, step].tolist()})"
         )
         return 1
-    print(f"tokens match {model.oracle}: yes")
+    print(f"tokens match {oracle}: yes")
     return 0
+
+
+def _check_rounding(
+    args: argparse.Namespace,
+    program: object,
+    prompt: np.ndarray,
+    tokens: np.ndarray,
+    expected: np.ndarray,
+    oracle: str,
+) -> int:
+    """Reduced precision on MLX: its first logits must be within the rounding the
+    program's dtype allows of the reference's (to_dtype.rounding_tolerance); greedy
+    tokens after that may flip on a near tie, so their agreement is reported, not
+    required."""
+    from tensorgraph.models.generation import prefill_logits
+    from tensorgraph.passes.to_dtype import rounding_tolerance
+
+    ours = prefill_logits(program, prompt, "mlx").astype(np.float64)
+    reference = prefill_logits(program, prompt, "numpy").astype(np.float64)
+    entry = program.entries[next(n for n in program.entries if n.startswith("prefill"))]
+    bound = rounding_tolerance(entry.graph, args.dtype, float(np.abs(reference).max()))
+    gap = float(np.abs(ours - reference).max())
+    same = int(np.cumprod(tokens[0] == expected[0]).sum())
+    print(
+        f"first logits vs {oracle}: max difference {gap:.4g} "
+        f"(bound {bound:.4g}, {args.dtype} rounding): {'yes' if gap <= bound else 'NO'}"
+    )
+    print(
+        f"tokens equal the reference for the first {same} of {tokens.shape[1]} (greedy "
+        f"choices may flip on {args.dtype} near ties)"
+    )
+    return 0 if gap <= bound else 1
 
 
 def _positive_int(text: str) -> int:
@@ -625,6 +688,84 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _precision_options(sub: argparse.ArgumentParser) -> None:
+    """--dtype, --quantize, --group-size, --quant-mode: how the weights are stored."""
+    from tensorgraph.ir.quantized import MODES
+
+    sub.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="compute and weight dtype (tg.to_dtype; default float32)",
+    )
+    sub.add_argument(
+        "--quantize",
+        type=int,
+        choices=(2, 3, 4, 5, 6, 8),
+        metavar="BITS",
+        help="quantize matmul weights and embedding tables to BITS (tg.quantize; 2-6 or 8; "
+        "default: none)",
+    )
+    sub.add_argument(
+        "--group-size",
+        type=int,
+        choices=(16, 32, 64, 128),
+        default=None,
+        metavar="G",
+        help="values per scale with --quantize (default 64; 32 for mxfp4/mxfp8, 16 nvfp4)",
+    )
+    sub.add_argument(
+        "--quant-mode",
+        choices=tuple(MODES),
+        default="affine",
+        help="quantization mode with --quantize (default affine)",
+    )
+
+
+def _group_size(args: argparse.Namespace) -> int | None:
+    """The group size --quantize uses (None without it); UsageError for options that
+    do not go together, before anything is built."""
+    from tensorgraph.ir.quantized import check_quantization
+
+    if args.quantize is None:
+        if args.group_size is not None or args.quant_mode != "affine":
+            raise UsageError("--group-size and --quant-mode take effect only with --quantize BITS")
+        return None
+    group = args.group_size or {"nvfp4": 16, "mxfp4": 32, "mxfp8": 32}.get(args.quant_mode, 64)
+    try:
+        check_quantization(args.quant_mode, args.quantize, group)
+    except TensorGraphError as err:
+        raise UsageError(str(err)) from err
+    return group
+
+
+def _precision(args: argparse.Namespace, graph: object, notes: list | None = None) -> object:
+    """`graph` (or a mapping of entries) in --dtype, quantized as --quantize asks, with
+    a line per weight that stayed float (and why) appended to `notes`; UsageError for a
+    bad combination, before any compile."""
+    from tensorgraph import quantize, to_dtype
+    from tensorgraph.passes.quantize import quantize_weights
+
+    group = _group_size(args)
+    graph = to_dtype(graph, args.dtype)
+    if args.quantize is None:
+        return graph
+    if notes is None or not hasattr(graph, "nodes"):
+        return quantize(graph, bits=args.quantize, group_size=group, mode=args.quant_mode)
+    result = quantize_weights(graph, bits=args.quantize, group_size=group, mode=args.quant_mode)
+    notes += [f"kept float: {name} ({why})" for name, why in result.stats["kept"].items()]
+    return result.graph
+
+
+def _typed_inputs(graph: object, inputs: dict) -> dict:
+    """`inputs` rounded to the dtypes `graph` declares (after --dtype): what a user of a
+    reduced-precision model feeds."""
+    declared = {n.name: n.dtype.to_numpy() for n in graph.inputs}
+    return {
+        k: np.asarray(v).astype(declared.get(k, np.asarray(v).dtype)) for k, v in inputs.items()
+    }
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser (subcommands carry their handler as `run`)."""
     from tensorgraph import __version__
@@ -679,6 +820,7 @@ def parser() -> argparse.ArgumentParser:
         description="Compile a zoo model and print its passes and memory plan.",
     )
     model_options(compile_cmd)
+    _precision_options(compile_cmd)
     compile_cmd.add_argument(
         "--alignment",
         type=_power_of_two,
@@ -712,6 +854,7 @@ def parser() -> argparse.ArgumentParser:
         description="Compile and run a zoo model, checked against the reference interpreter.",
     )
     model_options(run_cmd)
+    _precision_options(run_cmd)
     run_cmd.add_argument("--backend", choices=BACKENDS, default="mlx", help="executor")
     run_cmd.add_argument(
         "--seed", type=_seed, default=0, help="seed of the example inputs, an int >= 0"
@@ -796,6 +939,7 @@ def parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--seed", type=_seed, default=0, help="seed of weights and prompt, an int >= 0"
     )
+    _precision_options(gen)
     gen.set_defaults(run=cmd_generate)
 
     demo = commands.add_parser(

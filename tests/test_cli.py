@@ -467,3 +467,20 @@ def test_version_prints_the_package_version() -> None:
     result = tensorgraph("--version")
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"tensorgraph {__version__}\n"
+
+
+def test_compile_quantized_prints_the_footprint_and_what_stayed_float() -> None:
+    result = tensorgraph("compile", "llama", "--quantize", "4")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:2] == [
+        "kept float: l0.w_down (reduction axis 688 is not a multiple of the group size 64)",
+        "kept float: l1.w_down (reduction axis 688 is not a multiple of the group size 64)",
+    ]
+    assert any(line.strip().startswith("4-bit affine, group 64") for line in lines)
+    assert any(line.strip().startswith("float32 ") for line in lines)  # w_down, norms
+    ran = tensorgraph(
+        "run", "llama", "--dtype", "bfloat16", "--quantize", "8", "--backend", "arena"
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "max abs error 0, max rel error 0: OK" in ran.stdout  # arena = reference

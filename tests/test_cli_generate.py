@@ -23,7 +23,7 @@ def test_generate_prints_tokens_rates_memory_and_the_check(backend) -> None:
     assert len(ids) == 4 and all(0 <= t < 512 for t in ids)  # default vocab 512
     assert "prefill: " in out and "tokens/s" in out and "(3 steps" in out
     assert "memory per entry (arena): prefill4 " in out and "decode " in out
-    assert "memory shared: weights " in out and "state " in out and "total " in out
+    assert "memory footprint:" in out and "state region" in out and "  total " in out
     assert out.rstrip().endswith("tokens match the NumPy reference: yes")
 
 
@@ -74,6 +74,13 @@ def test_a_token_mismatch_exits_one(monkeypatch, capsys) -> None:
             "RunError: prompt length 10 + 7 new tokens = 17 is past the cache length max_seq 16",
         ),
         (["llama", "--max-seq", "16", "--buckets", "32"], "no bucket of [32] fits --max-seq 16"),
+        (["llama", *SMALL, "--group-size", "32"], "take effect only with --quantize BITS"),
+        (["llama", *SMALL, "--quantize", "7"], "argument --quantize: invalid choice: 7"),
+        (
+            ["llama", *SMALL, "--quantize", "4", "--quant-mode", "nvfp4", "--group-size", "64"],
+            "nvfp4 quantization takes group sizes (16,), not 64",
+        ),
+        (["llama", *SMALL, "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
     ],
 )
 def test_bad_arguments_exit_two_with_one_line(args, message, capsys) -> None:
@@ -112,3 +119,24 @@ def test_hf_llama_matches_transformers_generate() -> None:
     (tokens,) = [line for line in result.stdout.splitlines() if line.startswith("tokens: ")]
     assert len(tokens.split()) == 1 + 6
     assert result.stdout.rstrip().endswith("tokens match transformers generate: yes")
+
+
+def test_quantized_generation_matches_the_reference_interpreter() -> None:
+    """4-bit weights at float32 compute: MLX's tokens equal the reference interpreter's
+    on the same quantized program, and the footprint counts the quantized weights."""
+    result = tensorgraph("generate", "llama", *SMALL, "--quantize", "4")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "llama (float32 4-bit affine): entries" in out
+    assert "4-bit affine, group 64" in out
+    assert out.rstrip().endswith(
+        "tokens match the NumPy reference interpreter (float32 4-bit affine program): yes"
+    )
+
+
+def test_bfloat16_generation_is_checked_within_its_rounding() -> None:
+    result = tensorgraph("generate", "llama", *SMALL, "--dtype", "bfloat16")
+    assert result.returncode == 0, result.stderr
+    (check,) = [line for line in result.stdout.splitlines() if line.startswith("first logits")]
+    assert check.endswith("bfloat16 rounding): yes")
+    assert "    bfloat16 " in result.stdout  # the weights' kind in the footprint

@@ -425,3 +425,19 @@ def generate(
     return GenerationResult(
         out, length, bucket, prefill_seconds, decode_seconds, generation_memory(program), state
     )
+
+
+def prefill_logits(program: object, prompt: object, backend: str = "mlx") -> np.ndarray:
+    """The logits (batch, vocab) of the first new token after `prompt`, from the
+    prefill entry `generate` would run, on a fresh state: what to compare between
+    backends where greedy tokens may flip on a near tie (reduced precision)."""
+    layout = generation_layout(program)
+    ids = _prompt(prompt, layout.batch)
+    bucket = layout.bucket_for(ids.shape[1], 1)
+    padded = np.zeros((layout.batch, bucket), np.int32)
+    padded[:, : ids.shape[1]] = ids
+    entry = program.entries[f"prefill{bucket}"]
+    feeds = _feeds(entry.graph, {"ids": padded, "position": 0, "length": ids.shape[1]})
+    state = program.new_state(backend)
+    (logits,) = program.run(f"prefill{bucket}", feeds, backend=backend, state=state)
+    return np.asarray(logits).reshape(layout.batch, -1)

@@ -77,11 +77,17 @@ def _served(graph: Graph, users: Mapping[int, list[int]], use: tuple) -> bool:
 
 
 def quantize_weights(
-    graph: Graph, bits: int = 4, group_size: int = 64, mode: str = "affine"
+    graph: Graph,
+    bits: int = 4,
+    group_size: int = 64,
+    mode: str = "affine",
+    memo: dict | None = None,
 ) -> PassResult:
     """The rewrite (module docstring). Counters: `quantized` (params now quantized),
     `tied` (stored once with another), `bytes_before` / `bytes_after` (the bound
-    params' bytes), and `kept`: param name -> why it stayed float."""
+    params' bytes), and `kept`: param name -> why it stayed float. Graphs rewritten with
+    one `memo` dict (the entries of one program) get the very same quantized arrays for
+    a weight they share, so the program still stores it once."""
     spec = check_spec(mode, bits, group_size)
     users = graph.users()
     chosen: dict[int, tuple[str, list[Node]]] = {}
@@ -98,13 +104,13 @@ def quantize_weights(
         orientation = ROWS if rows * 2 >= len(served) else COLUMNS
         shape = param.shape if orientation == ROWS else param.shape[::-1]
         reason = unquantizable(shape, param.dtype.to_numpy(), spec)
-        if reason is not None:
-            kept[param.name] = f"{reason} (quantized along {shape[-1]})"
+        if reason is not None:  # the shape is oriented: its last axis is the reduction's
+            kept[param.name] = reason.replace("last axis", "reduction axis")
             continue
         chosen[param.id] = (orientation, [n for o, n in served if o == orientation])
     if not chosen:
         return PassResult(graph, _stats(graph, graph, 0, 0, kept))
-    result, tied = _rewrite(graph, users, spec, chosen)
+    result, tied = _rewrite(graph, users, spec, chosen, {} if memo is None else memo)
     return PassResult(result, _stats(graph, result, len(chosen), tied, kept))
 
 
@@ -120,7 +126,7 @@ def _stats(before: Graph, after: Graph, quantized: int, tied: int, kept: dict) -
 
 
 def _rewrite(
-    graph: Graph, users: Mapping[int, list[int]], spec: QuantSpec, chosen: dict
+    graph: Graph, users: Mapping[int, list[int]], spec: QuantSpec, chosen: dict, memo: dict
 ) -> tuple[Graph, int]:
     """(the rewritten graph, how many params were stored once with another)."""
     new = Graph(graph.name)
@@ -141,7 +147,7 @@ def _rewrite(
     dequantized: dict[int, int] = {}  # old param id -> new id of its float value
     for node in graph.nodes:
         if node.id in chosen:
-            orientation, parts = _quantized_params(new, graph, node, spec, chosen, stored)
+            orientation, parts = _quantized_params(new, graph, node, spec, chosen, stored, memo)
             tied += parts[1]
             quantized[node.id] = (orientation, parts[0])
             continue
@@ -171,14 +177,24 @@ def _rewrite(
 
 
 def _quantized_params(
-    new: Graph, graph: Graph, param: Node, spec: QuantSpec, chosen: dict, stored: dict
+    new: Graph,
+    graph: Graph,
+    param: Node,
+    spec: QuantSpec,
+    chosen: dict,
+    stored: dict,
+    memo: dict,
 ) -> tuple[str, tuple[tuple[int, ...], int]]:
     """(orientation, ((new ids of packed, scales[, biases]), 1 if tied else 0))."""
     orientation = chosen[param.id][0]
     value = graph.param_values.get(param.name)
     if value is not None:
-        weight = np.asarray(value) if orientation == ROWS else np.ascontiguousarray(value.T)
-        parts = [p for p in quant_kernels.quantize(weight, spec) if p is not None]
+        key = (id(value), orientation, spec)
+        if key not in memo:  # the value is kept with its parts, so its id is never reused
+            weight = np.asarray(value) if orientation == ROWS else np.ascontiguousarray(value.T)
+            quantized = quant_kernels.quantize(weight, spec)
+            memo[key] = (value, [p for p in quantized if p is not None])
+        parts = memo[key][1]
         digest = hashlib.sha256(b"".join(p.tobytes() for p in parts)).digest()
         digest += repr([(p.shape, p.dtype.str) for p in parts]).encode()
         if digest in stored:
@@ -222,8 +238,16 @@ def _dequantized(new: Graph, param: Node, quantized: tuple, options: dict) -> in
     return value
 
 
-def quantize(graph: Graph, bits: int = 4, group_size: int = 64, mode: str = "affine") -> Graph:
+def quantize(
+    graph: Graph | Mapping[str, Graph], bits: int = 4, group_size: int = 64, mode: str = "affine"
+) -> Graph | dict[str, Graph]:
     """`graph` with its matmul weights and embedding tables quantized (see the module
-    docstring; `quantize_weights` gives the counters, with why a param stayed float).
-    ShapeError for a mode, width or group size MLX does not accept."""
-    return quantize_weights(graph, bits, group_size, mode).graph
+    docstring; `quantize_weights` gives the counters, with why a param stayed float),
+    or each graph of a mapping of entries, sharing the quantized arrays of the weights
+    they share. ShapeError for a mode, width or group size MLX does not accept."""
+    if isinstance(graph, Graph):
+        return quantize_weights(graph, bits, group_size, mode).graph
+    memo: dict = {}
+    return {
+        name: quantize_weights(g, bits, group_size, mode, memo).graph for name, g in graph.items()
+    }

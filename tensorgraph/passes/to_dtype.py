@@ -30,6 +30,10 @@ by name and position, and changes no integer or bool value's dtype.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
+import ml_dtypes
 import numpy as np
 
 from tensorgraph.errors import DTypeError
@@ -74,15 +78,25 @@ REDUCED_OPS = frozenset(
 HALF = ("float16", "bfloat16")
 
 
-def to_dtype(graph: Graph, dtype: object, keep_float32: bool = True) -> Graph:
-    """`graph` in `dtype` (float16 or bfloat16; see the module docstring). DTypeError for
-    any other dtype."""
-    return convert(graph, dtype, keep_float32).graph
+def to_dtype(
+    graph: Graph | Mapping[str, Graph], dtype: object, keep_float32: bool = True
+) -> Graph | dict[str, Graph]:
+    """`graph` in `dtype` (float16 or bfloat16; float32 gives `graph` itself; see the
+    module docstring), or each graph of a mapping of entries, sharing the converted
+    arrays of the weights they share. DTypeError for any other dtype."""
+    if isinstance(graph, Graph):
+        return convert(graph, dtype, keep_float32).graph
+    memo: dict = {}
+    return {name: convert(g, dtype, keep_float32, memo).graph for name, g in graph.items()}
 
 
-def convert(graph: Graph, dtype: object, keep_float32: bool = True) -> PassResult:
+def convert(
+    graph: Graph, dtype: object, keep_float32: bool = True, memo: dict | None = None
+) -> PassResult:
     """The conversion as a pass: counters `converted` (values whose dtype changed),
-    `upcasts` and `downcasts` (casts inserted around FLOAT32_OPS and REDUCED_OPS)."""
+    `upcasts` and `downcasts` (casts inserted around FLOAT32_OPS and REDUCED_OPS).
+    Graphs converted with one `memo` dict get the same array for a weight they share."""
+    memo = {} if memo is None else memo
     target = as_dtype(dtype)
     if target == float32:
         return PassResult(graph, {"converted": 0, "upcasts": 0, "downcasts": 0})
@@ -107,9 +121,11 @@ def convert(graph: Graph, dtype: object, keep_float32: bool = True) -> PassResul
                 inputs = _cast_all(new, inputs, frozenset({"float32"}), target, counts, "downcasts")
             ids[node.id] = _add(new, node, inputs, attrs, target, counts)
         if node.op == "param" and node.name in graph.param_values:
-            value = np.asarray(graph.param_values[node.name])
+            value = graph.param_values[node.name]
             if node.dtype == float32:
-                value = value.astype(target.to_numpy())
+                if id(value) not in memo:  # kept with its conversion: the id stays unique
+                    memo[id(value)] = (value, np.asarray(value).astype(target.to_numpy()))
+                value = memo[id(value)][1]
             new.param_values[node.name] = value
         counts["converted"] += new.node(ids[node.id]).dtype != node.dtype
     outputs = [ids[o] for o in graph.outputs]
@@ -156,3 +172,23 @@ def _cast_all(
             counts[counter] += 1
         cast.append(i)
     return cast
+
+
+def depth(graph: Graph) -> int:
+    """Compute ops on the longest path from a boundary node to an output: how many
+    roundings an output can carry."""
+    longest: dict[int, int] = {}
+    for node in graph.nodes:
+        own = 0 if OPS[node.op].boundary else 1
+        longest[node.id] = own + max((longest[i] for i in node.inputs), default=0)
+    return max((longest[o] for o in graph.outputs), default=0)
+
+
+def rounding_tolerance(graph: Graph, dtype: object, scale: float) -> float:
+    """How far two evaluations of `graph` that each round every value to `dtype` once
+    (and may round a value to different neighbours: a backend's accumulation order)
+    can be expected to differ at an output of magnitude `scale`: 2 sqrt(D) units of the
+    dtype's epsilon, D = `depth(graph)`, as D independent roundings add like a random
+    walk. The bound for comparing backends in reduced precision (tests and the CLI)."""
+    eps = float(ml_dtypes.finfo(as_dtype(dtype).to_numpy()).eps)
+    return 2 * math.sqrt(max(depth(graph), 1)) * eps * scale

@@ -6,8 +6,6 @@ reduced precision allows."""
 
 from __future__ import annotations
 
-import math
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -16,30 +14,17 @@ from hypothesis import strategies as st
 
 import tensorgraph as tg
 from tensorgraph.errors import DTypeError
+from tensorgraph.ir.dtypes import as_dtype
 from tensorgraph.models import build_model
 from tensorgraph.models.generation import llama_generation
-from tensorgraph.passes.to_dtype import FLOAT32_OPS, REDUCED_OPS, convert
+from tensorgraph.passes.to_dtype import FLOAT32_OPS, REDUCED_OPS, convert, rounding_tolerance
 from tests.strategies import feeds, graphs
 
 HALVES = (tg.bfloat16, tg.float16)
 
 
-def depth(graph: tg.Graph) -> int:
-    """Compute ops on the longest path: how many roundings an output can carry."""
-    longest: dict[int, int] = {}
-    for node in graph.nodes:
-        own = 0 if node.op in ("input", "param", "constant", "state") else 1
-        longest[node.id] = own + max((longest[i] for i in node.inputs), default=0)
-    return max(longest[o] for o in graph.outputs)
-
-
 def rounding_bound(graph: tg.Graph, dtype: np.dtype, scale: float) -> float:
-    """Two evaluations of `graph` that each round every value to `dtype` once (and may
-    round one value to different neighbours) differ by about sqrt(D) units of the
-    dtype's epsilon at the output's scale: D roundings along the longest path add like
-    a random walk."""
-    eps = float(ml_dtypes.finfo(dtype).eps)
-    return 2 * math.sqrt(depth(graph)) * eps * scale
+    return rounding_tolerance(graph, as_dtype(dtype), scale)
 
 
 def assert_close_by_rounding(got: np.ndarray, want: np.ndarray, graph: tg.Graph) -> None:
