@@ -1,13 +1,17 @@
-"""tensorgraph's arena vs ExecuTorch's memory planner on the 16 real models of issue 12.
+"""tensorgraph's arena vs ExecuTorch's memory planner on the 16 real models of issue 12
+and four outside architectures.
 
 Each model (tests/models_suite/catalog.py: torchvision and transformers with random
-weights, batch 1, float32, images 224x224, sequences of 128) is exported with
-torch.export. ExecuTorch plans it with `to_edge` -> `to_executorch` (its default greedy
-planner), once as is and once after its constant propagation; the arena is read from the
-emitted program (`non_const_buffer_sizes`). tensorgraph imports the same export (weights
-folded, as constant propagation does) and compiles it with the default pipeline, and
-again without reinplacing and copy elimination (ExecuTorch does neither: the
-like-for-like column).
+weights, batch 1, float32, images 224x224, sequences of 128; tests/models_suite/outside.py:
+small configs, 32x32 images, 32 tokens) is exported with torch.export. The outside four
+are those where an outside check found tensorgraph's arena at or above ExecuTorch's
+(issue 23): Swin v2, Mixtral with batched experts, SigLIP's vision tower, PVT-v2; any
+other outside model can be named with --models. ExecuTorch plans it with `to_edge` ->
+`to_executorch` (its default greedy planner), once as is and once after its constant
+propagation; the arena is read from the emitted program (`non_const_buffer_sizes`).
+tensorgraph imports the same export (weights folded, as constant propagation does) and
+compiles it with the default pipeline, and again without reinplacing and copy
+elimination (ExecuTorch does neither: the like-for-like column).
 Both plan graph inputs and outputs inside the arena; alignment 16 bytes on both sides.
 Compile times: tensorgraph's import (decompositions included) + compile against
 ExecuTorch's to_edge + to_executorch, both from the same exported program.
@@ -34,7 +38,10 @@ from tensorgraph.importers.torch_export import from_exported
 # The model catalog is a test fixture (tests/models_suite/catalog.py), not part of the
 # package: put the repository root on the path so that `tests` is importable from here.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.models_suite import outside
 from tests.models_suite.catalog import MODELS, build
+
+OUTSIDE = ("swinv2", "mixtral", "siglip_vision", "pvt_v2")
 
 ALIGNMENT = 16
 # The default passes less the in-place ones ExecuTorch does not do: writing over a dying
@@ -60,7 +67,9 @@ def executorch_arena(program: torch.export.ExportedProgram, constant_prop: bool)
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--small", action="store_true", help="the CI sizes (64x64 images)")
-    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=MODELS)
+    parser.add_argument(
+        "--models", nargs="*", default=[*MODELS, *OUTSIDE], choices=MODELS + outside.MODELS
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     header = (
@@ -70,7 +79,10 @@ def main() -> None:
     print(header)
     ratios, like_ratios = [], []
     for name in args.models:
-        module, inputs = build(name, full=not args.small)
+        if name in MODELS:
+            module, inputs = build(name, full=not args.small)
+        else:
+            module, inputs = outside.build(name)
         et_default, et_seconds = executorch_arena(torch.export.export(module, inputs), False)
         et_constprop, _ = executorch_arena(torch.export.export(module, inputs), True)
         program = torch.export.export(module, inputs)

@@ -214,6 +214,42 @@ def graphs(draw: st.DrawFn, max_ops: int = 12) -> tg.Graph:
     return g
 
 
+def _grow(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
+    """A live value repeated 2-8 times along a new leading axis (larger than its source)
+    and squashed, half the time summed back over that axis: a large value read only by a
+    smaller one, as an MLP's hidden layer is."""
+    x = _pick(draw, live)
+    wide = tg.broadcast_to(x.reshape((1, *x.shape)), (draw(st.integers(2, 8)), *x.shape))
+    wide = tg.tanh(wide)
+    return tg.tanh(wide.sum(axis=0)) if draw(st.booleans()) else wide
+
+
+@st.composite
+def bound_graphs(draw: st.DrawFn, max_ops: int = 12) -> tg.Graph:
+    """Random graphs over 1-2 bound weights (every builder above and `_grow`, so most
+    values are known at compile time, some larger than their sources), whose 1-3
+    outputs each read one of those values directly or scaled by a run-time scalar
+    computed from the input: constant folding's cases, values read only at compile time
+    and values read at run time."""
+    g = tg.Graph("bound")
+    shape = draw(shapes())
+    x = g.input("x", shape, tg.float32)
+    size = int(np.prod(shape))
+    live = [
+        g.param(
+            f"w{i}", shape, tg.float32, np.linspace(-1.5, i, size, dtype=np.float32).reshape(shape)
+        )
+        for i in range(draw(st.integers(1, 2)))
+    ]
+    for _ in range(draw(st.integers(1, max_ops))):
+        made = draw(st.sampled_from((*BUILDERS, _grow, _grow)))(draw, live)
+        live.append(made.reshape(1) if made.ndim == 0 else made)
+    scale = tg.tanh(x.sum())
+    for t in draw(st.lists(st.sampled_from(live), min_size=1, max_size=3)):
+        g.output(t * scale if draw(st.booleans()) else t)
+    return g
+
+
 @st.composite
 def chains(draw: st.DrawFn, max_layers: int = 12) -> tg.Graph:
     """DNN-like graphs: a long elementwise/matmul chain with residual skip connections."""

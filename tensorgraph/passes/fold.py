@@ -9,19 +9,26 @@ constants to the compiler: a bound param that nothing reads after folding is dro
 Unbound params and inputs are run-time values and never fold.
 
 The trade-off: a folded value lives in the constant segment for the whole run, where a
-computed one occupies the arena only while live. So a value folds only when it is no
-larger than the static values it is computed from (a transpose, a scale) or is small
-(`SMALL_FOLD` bytes: masks and tables of typical sequence lengths), or, for larger
-values computed from small ones (T5's relative position bias, built from a few hundred
-bytes of bucket weights), while the constant segment grows by at most
-`GROWTH_SHARE` of the bound weights' bytes in all, first come first served in graph
-order: a model's weights set the scale of what is worth keeping resident. A large
-broadcast of a small value in a small model stays a run-time computation. A generator
+computed one occupies the arena only while live. Only the values that run-time values
+or outputs read stay resident; what they are computed from is computed once at compile
+time and dropped, however large (up to `COMPILE_FOLD`, a bound on the compiler's own
+memory): Swin v2's position bias comes out of a 512-wide MLP over a coordinate table,
+and folding the bias keeps that MLP's activation out of the arena. A value that
+would stay resident folds only when it is no larger than the bound values it is
+computed from (a transpose, a scale) or is small (`SMALL_FOLD` bytes: masks and tables
+of typical sequence lengths), or, for larger values computed from small ones (T5's
+relative position bias, built from a few hundred bytes of bucket weights), while the
+constant segment grows by at most `GROWTH_SHARE` of the bound weights' bytes in all,
+first come first served from the outputs back: a model's weights set the scale of what
+is worth keeping resident. A value the rule refuses is computed at run time, and the
+known values it reads are weighed in its place: a large broadcast of a small value in a
+small model stays a run-time computation of a folded small value. A generator
 (`full`, `arange`: no inputs) is never made a constant by itself: computing it costs
 nothing, and as a run-time value its buffer can be reused in place (a KV cache built by
 `zeros` and updated by `slice_update`), which a constant's bytes never can. Folding
 never grows the bytes a graph holds beyond `SMALL_FOLD` per folded value plus
-`GROWTH_SHARE` of its weights. O(n) plus the kernels' own work.
+`GROWTH_SHARE` of its weights. O(n) plus the kernels' own work (and the sets of bound
+values each known value is computed from).
 """
 
 from __future__ import annotations
@@ -41,29 +48,81 @@ GROWTH_SHARE = 1 / 2
 # A dequantized weight stays a run-time value: the user quantized the graph to hold the
 # small form (passes/quantize.py), and folding would store the float one beside it.
 NEVER_FOLDED = frozenset({"dequantize"})
+# Bytes: the largest value computed only at compile time. It never becomes a constant,
+# so this bounds the compiler's own memory, not the program's.
+COMPILE_FOLD = 64 << 20
 
 
-def _static_values(graph: Graph) -> dict[int, object]:
-    """Node id -> compile-time value, for every value that folds (see module doc)."""
-    static: dict[int, object] = {}
-    growth = GROWTH_SHARE * sum(v.nbytes for v in graph.param_values.values())
+def _computable(graph: Graph) -> set[int]:
+    """Ids of the values known at compile time: bound params, constants, and the pure
+    values computed from them alone (generators included), each at most COMPILE_FOLD."""
+    known: set[int] = set()
     for node in graph.nodes:
-        if node.op == "param" and node.name in graph.param_values:
-            static[node.id] = graph.param_values[node.name]
-        elif node.op == "constant":
-            static[node.id] = constant_value(node)
-        elif (
-            not OPS[node.op].boundary
-            and OPS[node.op].pure
-            and node.op not in NEVER_FOLDED
-            and all(i in static for i in node.inputs)
-        ):
-            sources = sum(static[i].nbytes for i in set(node.inputs))
-            grows = 0 if node.nbytes <= max(SMALL_FOLD, sources) else node.nbytes - sources
+        if OPS[node.op].boundary:
+            bound = node.op == "constant" or (
+                node.op == "param" and node.name in graph.param_values
+            )
+        else:
+            bound = (
+                OPS[node.op].pure
+                and node.op not in NEVER_FOLDED
+                and node.nbytes <= COMPILE_FOLD
+                and all(i in known for i in node.inputs)
+            )
+        if bound:
+            known.add(node.id)
+    return known
+
+
+def _folded(graph: Graph, known: set[int]) -> tuple[set[int], set[int]]:
+    """(ids of the values that become constants, ids that run-time values or outputs read).
+
+    Walks the graph backwards, so that every reader of a value is decided before it:
+    a known value that a run-time value or an output reads folds when the size rule
+    admits it (sources: the bound bytes it is computed from, through any intermediates);
+    otherwise it is computed at run time, and the known values it reads are considered
+    in turn. Growth beyond the rule is charged to the weights' share, last value first."""
+    nodes = {node.id: node for node in graph.nodes}
+    sources: dict[int, frozenset[int]] = {}  # known id -> the bound values it is computed from
+    for node in graph.nodes:
+        if node.id in known:
+            leaves = frozenset((node.id,)) if OPS[node.op].boundary else frozenset()
+            sources[node.id] = leaves.union(*(sources[i] for i in node.inputs))
+    growth = GROWTH_SHARE * sum(v.nbytes for v in graph.param_values.values())
+    needed = set(graph.outputs)
+    folded: set[int] = set()
+    for node in reversed(graph.nodes):
+        if node.id not in known:
+            needed.update(node.inputs)
+        elif node.id in needed and node.inputs:
+            held = sum(nodes[i].nbytes for i in sources[node.id])
+            grows = 0 if node.nbytes <= max(SMALL_FOLD, held) else node.nbytes - held
             if grows <= growth:
                 growth -= grows
-                static[node.id] = evaluate(node, [static[i] for i in node.inputs])
-    return static
+                folded.add(node.id)
+            else:
+                needed.update(node.inputs)
+    return folded, needed
+
+
+def _values(graph: Graph, folded: set[int]) -> dict[int, object]:
+    """Node id -> compile-time value, for the folded values and what they are computed
+    from (computed by the reference kernels, in graph order)."""
+    wanted = set(folded)
+    for node in reversed(graph.nodes):
+        if node.id in wanted:
+            wanted.update(node.inputs)
+    values: dict[int, object] = {}
+    for node in graph.nodes:
+        if node.id not in wanted:
+            continue
+        if node.op == "param":
+            values[node.id] = graph.param_values[node.name]
+        elif node.op == "constant":
+            values[node.id] = constant_value(node)
+        else:
+            values[node.id] = evaluate(node, [values[i] for i in node.inputs])
+    return values
 
 
 def fold_weights(graph: Graph) -> Graph:
@@ -75,16 +134,14 @@ def fold_weights(graph: Graph) -> Graph:
 def fold(graph: Graph) -> PassResult:
     """The folding pass: counters `folded` (values now bound params) and `dropped`
     (static nodes no longer computed)."""
-    static = _static_values(graph)
-    needed = set(graph.outputs)
-    for node in graph.nodes:
-        if node.id not in static:
-            needed.update(node.inputs)
+    known = _computable(graph)
+    folded, needed = _folded(graph, known)
+    static = _values(graph, folded)
     replaced: dict[int, Node] = {}
     values = dict(graph.param_values)
     taken = {n.name for n in graph.nodes if n.name} | set(values)
     for node in graph.nodes:
-        if node.id in static and node.id in needed and node.inputs and not OPS[node.op].boundary:
+        if node.id in folded:
             name = f"folded.{node.id}"
             while name in taken:
                 name += "_"
@@ -95,7 +152,7 @@ def fold(graph: Graph) -> PassResult:
     kept = []
     for node in graph.nodes:
         node = replaced.get(node.id, node)
-        if node.id in static and node.id not in needed and node.op != "input":
+        if node.id in known and node.id not in needed:
             continue  # only feeds folded values: computed above, never at run time
         kept.append(node)
     if len(kept) == len(graph) and not replaced:

@@ -1,4 +1,4 @@
-"""Outside models: 42 public architectures that played no part in building the importer.
+"""Outside models: 46 public architectures that played no part in building the importer.
 
 The 16 models of `catalog.py` drove the importer's operator coverage; these were tried
 afterwards, the way a new user would try them (random weights, small configs, eval,
@@ -47,10 +47,14 @@ def _vision(name: str, size: int = 64, **kwargs: object) -> tuple[nn.Module, tup
     return make(weights=None, **kwargs), (torch.randn(1, 3, size, size),)
 
 
-def _text(config_class: str, **config: object) -> tuple[nn.Module, tuple]:
+def _text(config_class: str, experts: str | None = None, **config: object) -> tuple:
+    """A transformers text model; `experts` selects a mixture of experts' implementation
+    (transformers' `experts_implementation`: "batched_mm" gathers each token's experts'
+    weights and multiplies them in one batch, which torch.export can trace)."""
     transformers = import_transformers()
     made = getattr(transformers, config_class)(**{"vocab_size": 100, **config})
-    model = transformers.AutoModel.from_config(made)
+    extra = {"experts_implementation": experts} if experts else {}
+    model = transformers.AutoModel.from_config(made, **extra)
     return model, (torch.randint(0, 100, (1, TOKENS)),)
 
 
@@ -111,6 +115,14 @@ TEXT: dict[str, Callable[[], tuple]] = {
     "bloom": lambda: _text("BloomConfig", hidden_size=64, n_layer=2, n_head=4),
     "falcon": lambda: _text("FalconConfig", **LAYERS),
     "gptj": lambda: _text("GPTJConfig", n_embd=64, n_layer=2, n_head=4, rotary_dim=8),
+    "mixtral": lambda: _text(
+        "MixtralConfig",
+        experts="batched_mm",
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        **SMALL,
+    ),
     "bart": lambda: _text(
         "BartConfig",
         d_model=64,
@@ -138,6 +150,35 @@ TEXT: dict[str, Callable[[], tuple]] = {
         num_attention_heads=[1, 2],
         strides=[4, 2],
         patch_sizes=[7, 3],
+        mlp_ratios=[2, 2],
+    ),
+    "siglip_vision": lambda: _encoder(
+        "SiglipVisionModel", "SiglipVisionConfig", _image(), image_size=32, patch_size=8, **SMALL
+    ),
+    # Swin v2's attention bias comes out of an MLP over a table of log-spaced coordinates.
+    "swinv2": lambda: _encoder(
+        "Swinv2Model",
+        "Swinv2Config",
+        _image(),
+        image_size=32,
+        patch_size=2,
+        embed_dim=16,
+        depths=[2, 2],
+        num_heads=[2, 4],
+        window_size=4,
+    ),
+    "pvt_v2": lambda: _encoder(
+        "PvtV2Model",
+        "PvtV2Config",
+        _image(),
+        image_size=32,
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        sr_ratios=[2, 1],
+        hidden_sizes=[16, 32],
+        num_attention_heads=[1, 2],
+        patch_sizes=[7, 3],
+        strides=[4, 2],
         mlp_ratios=[2, 2],
     ),
     # DPT's reassemble stage upsamples with transposed convolutions.

@@ -10,7 +10,7 @@ from tensorgraph.passes import REWRITES
 from tensorgraph.planner.plan import plan_memory
 from tensorgraph.runtime.arena import run_arena
 from tensorgraph.runtime.reference import run_reference
-from tests.strategies import chains, feeds, graphs
+from tests.strategies import bound_graphs, chains, feeds, graphs
 
 
 def assert_same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
@@ -35,7 +35,7 @@ def test_each_pass_alone_preserves_outputs_and_invariants(graph: tg.Graph, name:
 
 
 @settings(max_examples=60)
-@given(st.one_of(graphs(), chains()), st.sampled_from(("best", "greedy_size")))
+@given(st.one_of(graphs(), chains(), bound_graphs()), st.sampled_from(("best", "greedy_size")))
 def test_pipeline_preserves_outputs_through_the_arena(graph: tg.Graph, planner: str) -> None:
     before = graph.to_json()
     inputs, params = feeds(graph, seed=1)
