@@ -144,6 +144,8 @@ def test_a_generation_program_round_trips_with_its_weights_stored_once(tmp_path,
     stored = safetensors.numpy.load_file(tmp_path / "llama.safetensors")
     shared = {id(v): v for p in multi.entries.values() for v in p.graph.param_values.values()}
     assert len(stored) == len(shared)  # every array once, though every entry binds it
+    bound = {k: v for p in multi.entries.values() for k, v in p.graph.param_values.items()}
+    assert_standard_tools_read(tmp_path / "llama.safetensors", {k: bound[k] for k in stored})
     loaded = tg.load(tmp_path / "llama.tgp")
     assert isinstance(loaded, tg.MultiProgram)
     for name, program in multi.entries.items():
@@ -254,6 +256,11 @@ def test_quantized_weights_export_as_an_mlx_checkpoint_and_feed_an_unbound_progr
     runtime = tg.compile(tg.quantize(quantizable_graph(bound=False), bits=4, group_size=64))
     got = runtime.run(tokens, params=checkpoint, backend="numpy")
     np.testing.assert_array_equal(got[0], want[0])
+    compiled(quantized).save(tmp_path / "q.tgp")  # a quantized program keeps them too
+    assert_standard_tools_read(tmp_path / "q.safetensors", exported)
+    loaded = tg.load(tmp_path / "q.tgp")
+    assert_same_weights(loaded.graph.param_values, exported)
+    assert raw(loaded.run(tokens, backend="arena")[0]) == raw(want[0])
 
 
 def test_save_weights_takes_a_program_a_graph_or_a_dict(tmp_path) -> None:
