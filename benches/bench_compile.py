@@ -5,7 +5,9 @@ every zoo model at its default config, measured side by side in one run.
 
 Verification is `check.verify_plan` (the event sweep plus the versions check), which
 `compile` always runs; "off" times the same compile with it replaced by a no-op. Times
-are the minimum of N runs (machines are noisy)."""
+are the minimum of N runs (machines are noisy). A saved program is two files: the
+program (`.tgp`, a zip of JSON) and its weights (`.safetensors` beside it); both sizes
+are printed."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ def main() -> None:
     verify = check.verify_plan
     print(
         f"{'model':<14}{'verify on':>11}{'off':>10}{'overhead':>10}"
-        f"{'file':>12}{'save':>9}{'load':>9}"
+        f"{'program':>10}{'weights':>13}{'save':>9}{'load':>9}"
     )
     with tempfile.TemporaryDirectory() as folder:
         for name in ZOO:
@@ -52,7 +54,8 @@ def main() -> None:
             load = best_of(args.repeat, lambda f=path: tg.load(f))
             print(
                 f"{name:<14}{on * 1e3:>9.1f}ms{off * 1e3:>8.1f}ms{on / off - 1:>+10.1%}"
-                f"{path.stat().st_size:>12,}{save * 1e3:>7.1f}ms{load * 1e3:>7.1f}ms"
+                f"{path.stat().st_size:>10,}{path.with_suffix('.safetensors').stat().st_size:>13,}"
+                f"{save * 1e3:>7.1f}ms{load * 1e3:>7.1f}ms"
             )
 
 

@@ -26,6 +26,7 @@ from tensorgraph.multi import MultiProgram, compile_entries
 from tensorgraph.passes.quantize import quantize
 from tensorgraph.passes.to_dtype import to_dtype
 from tensorgraph.runtime.state import State
+from tensorgraph.weights_io import load_weights, save_weights
 
 __version__ = "0.1.0"
 

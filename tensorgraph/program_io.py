@@ -1,16 +1,25 @@
 """Saving and loading compiled programs: `prog.save(path)`, `tg.load(path)`.
 
-A program file is a zip archive (Python's zipfile: every member carries a CRC-32, so a
-flipped byte is caught) holding:
+`prog.save("m.tgp")` writes two files side by side:
 
-- `program.json`: the format number, the graph (structure and constants, as
-  `Graph.to_json` writes it, without bound weights), the order, the aliasing, the
-  compile options, the statistics, and the plan's buffer offsets, arena size and state
-  layout; a multi-entry program stores one such record per entry under `entries`,
-  plus the shared state layout;
-- `params/<k>.bin`: each bound param's raw bytes (row-major), listed in the JSON with
-  its name, dtype and shape. An array bound in several entries (the shared weights of
-  a multi-entry program) is stored once and loaded once, shared again.
+- `m.tgp`, a zip archive (Python's zipfile: every member carries a CRC-32, so a flipped
+  byte is caught) holding `program.json`: the format number, the graph (structure and
+  constants, as `Graph.to_json` writes it, without bound weights), the order, the
+  aliasing, the compile options, the statistics, and the plan's buffer offsets, arena
+  size and state layout; a multi-entry program stores one such record per entry under
+  `entries`, plus the shared state layout. Each record lists its bound params by name
+  and the tensor of the weights file that holds each;
+- `m.safetensors`, the bound weights as a safetensors file (`weights_io`), the format
+  MLX and Hugging Face use, so `mx.load("m.safetensors")`,
+  `safetensors.numpy.load_file` or `safetensors.torch.load_file` read them as they are
+  (bfloat16 as BF16, a quantized param as `{name}`, `{name}.scales`, `{name}.biases`).
+  A tensor is named by its param; an array bound in several entries or under several
+  names (the shared weights of a multi-entry program) is stored once, under its first
+  name, and loaded once, shared again. `program.json` records the file's name (found
+  beside the program file when loading, so the pair can move together) and each
+  tensor's dtype, shape and CRC-32. A program without bound weights writes no weights
+  file. Saving never overwrites a `.safetensors` file that tensorgraph did not write
+  (a user's checkpoint of the same name): that is a SaveError naming it.
 
 Loading rebuilds the program without recompiling (no pass, no schedule, no search):
 the graph is verified, liveness is recomputed from (graph, order, aliasing), which is
@@ -18,9 +27,13 @@ cheap and deterministic, the stored offsets are laid over it, and `verify_plan` 
 the result, so a tampered file can never yield an unsafe plan. Anything wrong (missing
 file, not a zip, truncated, bad CRC, missing member, wrong format number, JSON nested
 past Python's recursion limit, a field of the wrong type, options `compile` would
-refuse, a weight of the wrong size, a plan that fails verification) is one LoadError
-naming the file and what is wrong, never a partial program. Saving to a path that
-cannot be written (a folder, a missing folder) is a SaveError naming the path.
+refuse, a plan that fails verification) is one LoadError naming the file and what is
+wrong, never a partial program; a weights file that is missing, not safetensors, lacks
+a tensor, holds one the program did not save, or holds a tensor of another dtype,
+shape or bytes (CRC-32) than was saved is a LoadError naming the weights file and the
+tensor. Files of format 1 (the weights as raw members `params/<k>.bin` of the archive)
+still load. Saving to a path that cannot be written (a folder, a missing folder) is a
+SaveError naming the path.
 """
 
 from __future__ import annotations
@@ -36,9 +49,18 @@ from tensorgraph.errors import LoadError, SaveError, TensorGraphError
 from tensorgraph.ir.dtypes import as_dtype
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.verify import verify
+from tensorgraph.weights_io import (
+    check_target,
+    checksum,
+    read_metadata,
+    read_tensors,
+    write_tensors,
+)
 
-FORMAT = 1
+FORMAT = 2
+FORMATS = (1, 2)  # the formats `load` reads: 1 kept the weights inside the archive
 MANIFEST = "program.json"
+PRODUCER = "tensorgraph"  # the weights file's metadata "producer": one save may overwrite
 
 
 def _jsonable(value: object) -> object:
@@ -53,9 +75,10 @@ def _jsonable(value: object) -> object:
     return value
 
 
-def _record(program: object, members: dict[int, str], blobs: list) -> dict[str, object]:
-    """The JSON record of one program; its bound params' bytes go to `blobs` once per
-    array (`members`: id(array) -> member name, shared across the records)."""
+def _record(program: object, keys: dict[int, str], tensors: dict) -> dict[str, object]:
+    """The JSON record of one program; its bound params go to `tensors` (tensor name ->
+    array) once per array (`keys`: id(array) -> tensor name, shared across the records),
+    named by the first param bound to it."""
     from attrs import asdict
 
     graph = program.graph
@@ -64,17 +87,13 @@ def _record(program: object, members: dict[int, str], blobs: list) -> dict[str, 
     )
     params = []
     for name, value in sorted(graph.param_values.items()):
-        if id(value) not in members:
-            members[id(value)] = f"params/{len(members)}.bin"
-            blobs.append((members[id(value)], np.ascontiguousarray(value).tobytes()))
-        params.append(
-            {
-                "name": name,
-                "dtype": str(as_dtype(value.dtype)),
-                "shape": list(value.shape),
-                "member": members[id(value)],
-            }
-        )
+        if id(value) not in keys:
+            key, count = name, 0
+            while key in tensors:  # the name holds another entry's array already
+                count += 1
+                key = f"{name}#{count}"
+            keys[id(value)], tensors[key] = key, value
+        params.append({"name": name, "tensor": keys[id(value)]})
     plan = program.plan
     return {
         "graph": json.loads(structure.to_json()),
@@ -98,26 +117,48 @@ def save(program: object, path: str | os.PathLike) -> None:
     """Write `program` (a Program or a MultiProgram) to `path` (see the module
     docstring); SaveError naming the path when it is a folder, its folder is missing, or
     the filesystem refuses it."""
-    members: dict[int, str] = {}
-    blobs: list[tuple[str, bytes]] = []
+    keys: dict[int, str] = {}
+    tensors: dict[str, np.ndarray] = {}
     entries = getattr(program, "entries", None)
     if entries is None:
-        document = {"format": FORMAT, **_record(program, members, blobs)}
+        document = {"format": FORMAT, **_record(program, keys, tensors)}
     else:
         document = {
             "format": FORMAT,
-            "entries": {name: _record(p, members, blobs) for name, p in entries.items()},
+            "entries": {name: _record(p, keys, tensors) for name, p in entries.items()},
         }
     target = Path(path)
-    if target.is_dir():
-        raise SaveError(f"{target}: is a folder; give a file path such as {target / 'p.tgp'}")
-    if not target.parent.is_dir():
-        raise SaveError(f"{target}: the folder {target.parent} does not exist")
+    check_target(target, "p.tgp")
+    weights = target.with_suffix(".safetensors")
+    document["weights"] = None
+    if tensors:
+        if weights == target:
+            raise SaveError(
+                f"{target}: a program file cannot end in .safetensors, the name of the "
+                f"weights file saved beside it; use .tgp"
+            )
+        check_target(weights, "p.safetensors")
+        if weights.exists() and (read_metadata(weights) or {}).get("producer") != PRODUCER:
+            raise SaveError(
+                f"{weights}: exists and was not written by tensorgraph; saving "
+                f"{target.name} would overwrite it with the program's weights (move it, or "
+                f"save the program under another name)"
+            )
+        document["weights"] = {
+            "file": weights.name,
+            "tensors": {
+                key: {
+                    "dtype": str(as_dtype(value.dtype)),
+                    "shape": list(value.shape),
+                    "crc32": checksum(value),
+                }
+                for key, value in tensors.items()
+            },
+        }
+        write_tensors(weights, tensors, {"producer": PRODUCER, "program": target.name})
     try:
         with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_STORED) as archive:
             archive.writestr(MANIFEST, json.dumps(document))
-            for member, data in blobs:
-                archive.writestr(member, data)
     except OSError as err:
         raise SaveError(f"{target}: cannot write the program file ({err.strerror or err})") from err
 
@@ -149,22 +190,77 @@ def _load(where: Path) -> object:
         if bad is not None:
             raise LoadError(f"{where}: member {bad!r} is corrupt (CRC mismatch)")
         document = json.loads(archive.read(MANIFEST).decode("utf-8"))
-        if not isinstance(document, dict) or document.get("format") != FORMAT:
-            found = document.get("format") if isinstance(document, dict) else None
-            raise LoadError(f"{where}: not a tensorgraph program of format {FORMAT} ({found!r})")
-        loaded: dict[str, np.ndarray] = {}  # member -> array, shared by the entries
+        found = document.get("format") if isinstance(document, dict) else None
+        if isinstance(found, bool) or found not in FORMATS:
+            formats = " or ".join(str(f) for f in FORMATS)
+            raise LoadError(f"{where}: not a tensorgraph program of format {formats} ({found!r})")
+        if found == 1:
+            loaded: dict[str, np.ndarray] = {}  # member -> array, shared by the entries
+
+            def weight(entry: dict) -> np.ndarray:
+                return _member_weight(where, archive, entry, loaded)
+
+        else:
+            weight = _file_weights(where, document.get("weights"))
         if "entries" not in document:
-            return _program(where, archive, document, loaded)
+            return _program(where, weight, document)
         from tensorgraph.multi import MultiProgram
 
         entries = {
-            str(name): _program(where, archive, record, loaded)
-            for name, record in document["entries"].items()
+            str(name): _program(where, weight, record)
+            for name, record in _mapping(where, document["entries"], "entries").items()
         }
     return MultiProgram.assemble(entries)
 
 
-def _weight(where: Path, archive: zipfile.ZipFile, entry: dict, loaded: dict) -> np.ndarray:
+def _file_weights(where: Path, record: object) -> object:
+    """The weights file of a format-2 program (`record`: its name and tensors), read and
+    checked whole (every tensor present, no other, each of the recorded dtype, shape and
+    CRC-32): a function from a param entry to its (shared) array."""
+    tensors: dict[str, np.ndarray] = {}
+    path = None
+    if record is not None:
+        record = _mapping(where, record, "weights")
+        name = record["file"]
+        if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
+            raise LoadError(f"{where}: weights.file must be a file name but got {name!r:.60}")
+        path = where.parent / name
+        saved = _mapping(where, record["tensors"], "weights.tensors")
+        tensors = read_tensors(path)
+        for key in saved:
+            if key not in tensors:
+                raise LoadError(f"{path}: tensor {key!r} is missing ({where.name} binds it)")
+        for key, value in tensors.items():
+            if key not in saved:
+                raise LoadError(f"{path}: tensor {key!r} is not one {where.name} saved")
+            spec = _mapping(where, saved[key], f"weights.tensors[{key!r}]")
+            dtype = as_dtype(spec["dtype"])
+            shape = tuple(_int(where, d, f"a dim of tensor {key!r}") for d in spec["shape"])
+            if value.dtype != dtype.to_numpy() or value.shape != shape:
+                raise LoadError(
+                    f"{path}: tensor {key!r} is {as_dtype(value.dtype)} {value.shape}, but "
+                    f"{where.name} saved it as {dtype} {shape}"
+                )
+            if checksum(value) != _int(where, spec["crc32"], f"the CRC-32 of {key!r}"):
+                raise LoadError(
+                    f"{path}: tensor {key!r} holds other bytes than {where.name} saved "
+                    f"(CRC-32 differs)"
+                )
+
+    def weight(entry: dict) -> np.ndarray:
+        key = entry["tensor"]
+        if not isinstance(key, str) or key not in tensors:
+            raise LoadError(
+                f"{where}: param {entry['name']!r} names tensor {key!r:.60}, which "
+                f"{path or 'the program (it saved no weights file)'} does not hold"
+            )
+        return tensors[key]
+
+    return weight
+
+
+def _member_weight(where: Path, archive: zipfile.ZipFile, entry: dict, loaded: dict) -> np.ndarray:
+    """A format-1 param: the raw bytes of its archive member."""
     dtype = as_dtype(entry["dtype"])
     shape = tuple(int(d) for d in entry["shape"])
     member = entry["member"]
@@ -217,8 +313,9 @@ def _stats(where: Path, raw: object) -> dict:
     return stats
 
 
-def _program(where: Path, archive: zipfile.ZipFile, document: dict, loaded: dict) -> object:
-    """One program from its record (see `_record`), verified."""
+def _program(where: Path, weight: object, document: dict) -> object:
+    """One program from its record (see `_record`), its bound params from `weight`
+    (param entry -> array), verified."""
     from tensorgraph.compiler import Program
     from tensorgraph.planner.aliasing import Aliasing
     from tensorgraph.planner.buffers import Assignment
@@ -227,7 +324,7 @@ def _program(where: Path, archive: zipfile.ZipFile, document: dict, loaded: dict
     from tensorgraph.planner.plan import assemble_plan
 
     graph = Graph.from_json(json.dumps(document["graph"]))
-    values = {e["name"]: _weight(where, archive, e, loaded) for e in document["params"]}
+    values = {str(e["name"]): weight(e) for e in document["params"]}
     graph = Graph.from_nodes(graph.name, graph.nodes, graph.outputs, values, graph.state_positions)
     verify(graph)
     order = tuple(_int(where, i, "an order entry") for i in document["order"])
