@@ -95,7 +95,10 @@ class LlamaConfig:
     seq: int = field(default=64, validator=positive_int)
     dim: int = field(default=256, validator=positive_int)
     heads: int = field(default=4, validator=positive_int)
-    hidden: int = field(default=688, validator=positive_int)
+    # Llama's FFN width rule: 8/3 of dim rounded up to a multiple of 64 (the reference
+    # code's `multiple_of`), so MLX's quantization groups of 32 and 64 divide the down
+    # projection's reduction axis (688, a multiple of 16 only, kept it float).
+    hidden: int = field(default=704, validator=positive_int)
     layers: int = field(default=2, validator=positive_int)
     vocab: int = field(default=512, validator=positive_int)
     eps: float = field(default=1e-5, validator=positive_float)
@@ -130,7 +133,10 @@ class LlamaDecodeConfig:
     pos: int = field(default=64, validator=non_negative_int)
     dim: int = field(default=256, validator=positive_int)
     heads: int = field(default=4, validator=positive_int)
-    hidden: int = field(default=688, validator=positive_int)
+    # Llama's FFN width rule: 8/3 of dim rounded up to a multiple of 64 (the reference
+    # code's `multiple_of`), so MLX's quantization groups of 32 and 64 divide the down
+    # projection's reduction axis (688, a multiple of 16 only, kept it float).
+    hidden: int = field(default=704, validator=positive_int)
     layers: int = field(default=2, validator=positive_int)
     vocab: int = field(default=512, validator=positive_int)
     eps: float = field(default=1e-5, validator=positive_float)
