@@ -445,7 +445,8 @@ def choose_bucket(buckets: Sequence[int], max_seq: int, prompt_length: int, new_
 def generation_layout(program: object) -> GenerationLayout:
     """The layout of a program compiled from `llama_generation`'s entries (or any with the
     same entry names and inputs named as in INPUT_ROLES, whose first 4-D state is a
-    (batch, heads, max_seq, head_dim) cache). RunError when an entry is missing."""
+    (batch, heads, max_seq, head_dim) cache, or a quantized cache's codes (batch, heads,
+    max_seq, packed)). RunError when an entry is missing."""
     entries = program.entries
     buckets = sorted(int(n[len("prefill") :]) for n in entries if n.startswith("prefill"))
     windows = sorted(

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorgraph as tg
-from tensorgraph.errors import GraphError, ShapeError
+from tensorgraph.errors import GraphError, RunError, ShapeError
 from tensorgraph.models.generation import (
     generate,
     generation_layout,
@@ -186,3 +186,22 @@ def test_the_reference_names_a_bad_cache_quantization() -> None:
         reference_generate(config, weights, [1], 2, kv_bits=7)
     with pytest.raises(ShapeError, match="kv_group_size 64 does not divide the head size 32"):
         reference_generate(config, weights, [1], 2, kv_bits=8, kv_group_size=64)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "arena", "mlx"])
+def test_a_refused_position_leaves_every_cache_part_unchanged(backend) -> None:
+    config = LlamaConfig(dim=64, heads=2, hidden=24, layers=1, vocab=20)
+    program = compiled(config, 12, (4, 8), 4, 32)
+    state = program.new_state(backend)
+    generate(program, [3, 1, 4, 1, 5], 3, backend=backend, state=state)
+    names = [n.name for n in program.entries["decode"].graph.states]
+    before = {name: np.array(state[name]) for name in names}
+    assert any(np.any(a != 0) for a in before.values()), "the prefill wrote the caches"
+    feeds = {"token": np.zeros((1, 1), np.int32), "pos": np.array(12, np.int32)}
+    with pytest.raises(RunError, match=r"12.*12"):
+        program.run("decode", feeds, backend=backend, state=state)
+    feeds["pos"] = np.array(8, np.int32)
+    with pytest.raises(RunError, match="index 8 is out of range for axis 0 of size 8"):
+        program.run("decode8", feeds, backend=backend, state=state)
+    for name, value in before.items():
+        assert np.array_equal(np.array(state[name]), value), name
