@@ -205,3 +205,16 @@ def test_a_refused_position_leaves_every_cache_part_unchanged(backend) -> None:
         program.run("decode8", feeds, backend=backend, state=state)
     for name, value in before.items():
         assert np.array_equal(np.array(state[name]), value), name
+
+
+def test_a_saved_program_keeps_its_quantized_cache(tmp_path) -> None:
+    config = LlamaConfig(dim=64, heads=2, hidden=24, layers=1, vocab=20)
+    program = compiled(config, 12, (4,), 8, 32)
+    program.save(str(tmp_path / "kv.tgp"))
+    loaded = tg.load(str(tmp_path / "kv.tgp"))
+    assert loaded.state_size == program.state_size
+    first = generate(program, [1, 2], 6, backend="arena")
+    second = generate(loaded, [1, 2], 6, backend="arena")
+    assert np.array_equal(first.tokens, second.tokens)
+    for name in ("k0", "k0.scales", "k0.biases", "v0", "v0.scales", "v0.biases"):
+        assert np.asarray(first.state[name]).tobytes() == np.asarray(second.state[name]).tobytes()
