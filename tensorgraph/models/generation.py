@@ -135,13 +135,15 @@ def _cache_state(
     )
 
 
-def _write(cache: Cache, rows: Tensor, position: int | Tensor, kv: CacheQuantization | None):
+def _write(
+    cache: Cache, rows: Tensor, position: int | Tensor, kv: CacheQuantization | None
+) -> Cache:
     """`rows` (batch, heads, n, head_dim) written into `cache` at row `position` (each
     part quantized first when the cache is), set as the states' updates; the updated
     cache."""
     if kv is None:
         updated = tg.slice_update(cache, rows, 2, position)
-        cache.graph.update_state(cache, updated)
+        rows.graph.update_state(cache, updated)
         return updated
     parts = tg.quantize_rows(rows, **kv.options)
     updated = tuple(tg.slice_update(c, p, 2, position) for c, p in zip(cache, parts, strict=True))
