@@ -1,12 +1,18 @@
-"""MLX lowerings of `dequantize` and `quantized_matmul` (`ir.quantized`), added to
-`LOWERINGS` on import: MLX's own `mx.dequantize` and `mx.quantized_matmul`, whose layout
-the IR shares, so a quantized weight reaches MLX as it is stored (no repacking).
+"""MLX lowerings of `quantize`, `dequantize` and `quantized_matmul` (`ir.quantized`),
+added to `LOWERINGS` on import: MLX's own `mx.quantize`, `mx.dequantize` and
+`mx.quantized_matmul`, whose layout the IR shares, so a quantized weight reaches MLX as
+it is stored (no repacking).
 
 `mx.dequantize` gives the values the oracle gives bit for bit (runtime.quant_kernels);
 `mx.quantized_matmul` accumulates in its own order and precision, so it agrees with the
 oracle's float32 product to the rounding of the reduction, as a float matmul does.
 MLX wants at least two axes for a packed weight: a 1-D one (a single row taken from
-an embedding table) is lowered as one row and reshaped back.
+an embedding table) is lowered as one row and reshaped back. With a stacked weight MLX
+ignores the weight's batch axes when x has fewer axes than it (x (M, K) with w (B, N,
+Kp) gives (M, N)), so x is given the weight's rank first and broadcasts as in NumPy.
+`mx.quantize` gives the bytes the oracle gives (quant_kernels); each `quantize` node
+takes its part of one call, and MLX's graph shares nothing between the three calls of a
+row's three parts: the quantized rows of a KV cache step are small.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ def _dequantize(node: Node, args: Sequence[mx.array]) -> mx.array:
 
 def _quantized_matmul(node: Node, args: Sequence[mx.array]) -> mx.array:
     x, w, scales, *biases = args
+    if w.ndim > 2 and x.ndim < w.ndim:
+        x = x.reshape((1,) * (w.ndim - x.ndim) + x.shape)
     return mx.quantized_matmul(
         x,
         w,
@@ -51,8 +59,14 @@ def _quantized_matmul(node: Node, args: Sequence[mx.array]) -> mx.array:
     )
 
 
+def _quantize(node: Node, args: Sequence[mx.array]) -> mx.array:
+    parts = mx.quantize(args[0], **_options(node))
+    return parts[("codes", "scales", "biases").index(node.attr("part"))]
+
+
 LOWERINGS.update(
     {
+        "quantize": _lowered("quantize", _quantize),
         "dequantize": _lowered("dequantize", _dequantize),
         "quantized_matmul": _lowered("quantized_matmul", _quantized_matmul),
     }

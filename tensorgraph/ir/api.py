@@ -139,6 +139,7 @@ from tensorgraph.ir.math_functions import (
 )
 from tensorgraph.ir.quantized import (
     dequantize,
+    quantize_rows,
     quantized_matmul,
     quantized_take,
 )
@@ -237,6 +238,7 @@ __all__ = [
     "permute",
     "power",
     "prod",
+    "quantize_rows",
     "quantized_matmul",
     "quantized_take",
     "reciprocal",

@@ -1,4 +1,4 @@
-"""Quantized weights in the IR: `dequantize` and `quantized_matmul`, MLX's ops.
+"""Quantized weights in the IR: `quantize`, `dequantize` and `quantized_matmul`, MLX's ops.
 
 A quantized weight is three tensors laid out as `mx.quantize` lays them out (see
 `runtime.quant_kernels`): `w`, uint32 codes packed along the last axis (K values take
@@ -7,11 +7,20 @@ K * bits / 32 words); `scales`, one per group of `group_size` values along that 
 floating modes "mxfp4", "nvfp4", "mxfp8"); and, in affine mode only, `biases` like the
 scales. A value is `code * scale + bias` (affine).
 
+- `quantize(x, part=...)`: one part ("codes", "scales" or "biases") of `mx.quantize(x)`,
+  computed at run time (a quantized KV cache quantizes each new row); the IR is SSA, so
+  the three parts are three nodes of the same attributes but `part`, which
+  `quantize_rows` emits together. x has at least two axes (as MLX requires), a float
+  dtype, and a last axis the group divides (nvfp4: and 32); the scales and biases come
+  in x's dtype (affine) and the codes as uint32;
 - `dequantize(w, scales, biases)`: the float weight, of w's leading shape and K on the
   last axis, in the scales' dtype (affine) or `dtype` (floating modes);
 - `quantized_matmul(x, w, scales, biases, transpose=True)`: `x @ W.T` where W is the
   dequantized (N, K) weight (MLX's convention, `nn.QuantizedLinear`'s layout), or
-  `x @ W` for a (K, N) weight with `transpose=False`; x's dtype out.
+  `x @ W` for a (K, N) weight with `transpose=False`; x's dtype out. A packed weight
+  with leading batch axes (..., N, K_packed) is a stack of such weights: x then has at
+  least two axes and the batch axes broadcast as in `np.matmul` (attention over a
+  quantized (batch, heads, seq, head_dim) cache);
 - `quantized_take(w, scales, biases, indices)`: the rows `indices` of the dequantized
   table (an embedding lookup): takes the packed rows, then dequantizes only those, so
   the float table never exists.
@@ -27,9 +36,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from tensorgraph.errors import DTypeError, ShapeError
-from tensorgraph.ir.dtypes import DType, as_dtype, float32, uint8
+from tensorgraph.ir.dtypes import DType, as_dtype, float32, uint8, uint32
 from tensorgraph.ir.ops import AttrSpec, OpDef, Operand, register
-from tensorgraph.ir.shapes import Shape
+from tensorgraph.ir.shapes import Shape, broadcast_shapes
 
 if TYPE_CHECKING:
     from tensorgraph.ir.tensor import Tensor
@@ -102,20 +111,54 @@ def infer_dequantize(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DTyp
 
 
 def infer_quantized_matmul(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    """x (..., K) with a 2-D weight: (..., N), x's dtype (see the module docstring)."""
+    """x (..., K) with a 2-D weight: (..., N); x (..., M, K) with a stacked weight
+    (..., N, K_packed): (broadcast batch, M, N); x's dtype (see the module docstring)."""
     x, *weight = xs
-    if len(weight[0].shape) != 2:
-        raise ShapeError(f"quantized_matmul takes a 2-D packed weight, not {weight[0]}")
-    (rows, cols), _ = _weight(weight, attrs)
+    if len(weight[0].shape) < 2:
+        raise ShapeError(
+            f"quantized_matmul takes a packed weight of 2 or more axes, not {weight[0]}"
+        )
+    (*batch, rows, cols), _ = _weight(weight, attrs)
     if not x.dtype.is_float:
         raise DTypeError(f"quantized_matmul needs a float x but {x.label} is {x.dtype}")
-    if not x.shape:
-        raise ShapeError(f"quantized_matmul needs x with at least one axis, not {x}")
+    if not x.shape or (batch and len(x.shape) < 2):
+        need = "two axes with a stacked weight" if batch else "one axis"
+        raise ShapeError(f"quantized_matmul needs x with at least {need}, not {x}")
     inner, outer = (cols, rows) if attrs["transpose"] else (rows, cols)
     if x.shape[-1] != inner:
-        layout = f"({rows}, {cols}){'.T' if attrs['transpose'] else ''}"
+        layout = f"{(*batch, rows, cols)}{'.T' if attrs['transpose'] else ''}"
         raise ShapeError(f"inner dims differ: {x} @ dequantized weight {layout}")
-    return (*x.shape[:-1], outer), x.dtype
+    if not batch:
+        return (*x.shape[:-1], outer), x.dtype
+    labels = (x.label, weight[0].label)
+    lead = broadcast_shapes(x.shape[:-2], tuple(batch), labels=labels)
+    return (*lead, x.shape[-2], outer), x.dtype
+
+
+QUANTIZE_PARTS = ("codes", "scales", "biases")
+
+
+def infer_quantize(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """One part of x (..., K) quantized along its last axis (see the module docstring)."""
+    (x,) = xs
+    mode, bits, group, part = attrs["mode"], attrs["bits"], attrs["group_size"], attrs["part"]
+    check_quantization(mode, bits, group)
+    if part not in QUANTIZE_PARTS:
+        raise ShapeError(f"quantize gives the part codes, scales or biases, not {part!r}")
+    if part == "biases" and mode != "affine":
+        raise ShapeError(f"{mode} quantization has no biases (only affine has)")
+    if not x.dtype.is_float:
+        raise DTypeError(f"quantize needs a float x but {x.label} is {x.dtype}")
+    if len(x.shape) < 2:
+        raise ShapeError(f"quantize needs x with at least two axes (as MLX does), not {x}")
+    unit = 32 if mode == "nvfp4" else group  # nvfp4 packs 32 codes at a time
+    if x.shape[-1] % unit:
+        raise ShapeError(
+            f"quantize: the last axis of {x} is not a multiple of {unit} ({mode}, group {group})"
+        )
+    if part == "codes":
+        return (*x.shape[:-1], x.shape[-1] * bits // 32), uint32
+    return (*x.shape[:-1], x.shape[-1] // group), x.dtype if mode == "affine" else uint8
 
 
 register(OpDef("dequantize", 2, 3, infer_dequantize, _QUANT))
@@ -129,6 +172,20 @@ register(
         category="matmul",
     )
 )
+register(
+    OpDef(
+        "quantize",
+        1,
+        1,
+        infer_quantize,
+        {
+            "mode": AttrSpec("str", "affine"),
+            "bits": AttrSpec("int", 4),
+            "group_size": AttrSpec("int", 64),
+            "part": AttrSpec("str"),
+        },
+    )
+)
 
 
 def _emit(op: str, operands: list, **attrs: object) -> Tensor:
@@ -137,6 +194,18 @@ def _emit(op: str, operands: list, **attrs: object) -> Tensor:
     from tensorgraph.ir.tensor import emit
 
     return emit(op, [t for t in operands if t is not None], **attrs)
+
+
+def quantize_rows(
+    x: Tensor, group_size: int = 64, bits: int = 4, mode: str = "affine"
+) -> tuple[Tensor, ...]:
+    """(codes, scales, biases) of x quantized along its last axis at run time, as
+    `mx.quantize(x, group_size, bits, mode)` gives them ((codes, scales) in the floating
+    modes): one `quantize` node per part (`tg.quantize` is the pass that quantizes
+    weights)."""
+    parts = QUANTIZE_PARTS if mode == "affine" else QUANTIZE_PARTS[:2]
+    options = {"group_size": group_size, "bits": bits, "mode": mode}
+    return tuple(_emit("quantize", [x], part=part, **options) for part in parts)
 
 
 def dequantize(

@@ -25,6 +25,19 @@ before it reads it, and its mask hides every row past pos, so each row is overwr
 before any query sees it. Rows at or past L keep whatever an earlier call left there,
 likewise hidden. The zoo Llama has as many key/value heads as query heads.
 
+A quantized KV cache (`kv_bits`, `kv_group_size`), as mlx-lm's `QuantizedKVCache`: each
+cache is three states laid out as `mx.quantize` lays out a (batch, heads, max_seq,
+head_dim) array along head_dim: `k{i}` the uint32 codes (..., head_dim * bits / 32),
+`k{i}.scales` and `k{i}.biases` (..., head_dim / group) in the model's dtype (likewise
+`v{i}`). Every entry quantizes the rows it computes (`quantize_rows`) and writes their
+three parts at its position. A decode step attends over the quantized cache through
+`quantized_matmul` as mlx-lm's `quantized_scaled_dot_product_attention` does (queries
+scaled first, scores = q K^T, bool mask, softmax, probs V; no fused attention, which
+reads a float cache), its own row included; a prefill starts at position 0 and attends
+over its own rows in float, as mlx-lm's first prompt chunk does before its cache is
+quantized (`quantized_kv_start=0`). The cache shrinks from 4 * head_dim bytes a row
+(float32) to head_dim * bits / 8 + 2 * 4 * head_dim / group (0.28x at 8 bits, group 64).
+
 Every entry binds the same weight arrays under the same names (`llama_weights`; seed 0
 gives the zoo `llama` model's weights), so the compiled program stores them once.
 `generate` drives a compiled program; `tensorgraph.models.generation_reference` holds
@@ -33,6 +46,7 @@ the independent NumPy loop it is checked against.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 
@@ -43,17 +57,20 @@ import tensorgraph as tg
 from tensorgraph.errors import GraphError, RunError
 from tensorgraph.ir import fused
 from tensorgraph.ir.builder import Tensor
+from tensorgraph.ir.quantized import MODES
 from tensorgraph.models.common import Weights, dtype_of, make_config
 from tensorgraph.models.generation_reference import ReferenceGeneration, reference_generate
 from tensorgraph.models.llama import LlamaConfig, layer_weights
-from tensorgraph.nn import attention, merge_heads, rms_norm, split_heads, swiglu_mlp
+from tensorgraph.nn import MASK_VALUE, attention, merge_heads, rms_norm, split_heads, swiglu_mlp
 
 __all__ = [
     "DEFAULT_BUCKETS",
+    "CacheQuantization",
     "GenerationLayout",
     "GenerationMemory",
     "GenerationResult",
     "ReferenceGeneration",
+    "cache_quantization",
     "choose_bucket",
     "decode_graph",
     "generate",
@@ -62,6 +79,7 @@ __all__ = [
     "llama_generation",
     "llama_weights",
     "prefill_graph",
+    "quantized_attention",
     "reference_generate",
 ]
 
@@ -84,40 +102,115 @@ def llama_weights(config: LlamaConfig, seed: int = 0) -> dict[str, np.ndarray]:
     return dict(g.param_values)
 
 
+@frozen
+class CacheQuantization:
+    """How a quantized KV cache stores its rows: affine `bits` per value, one scale and
+    one bias per `group_size` values along head_dim (mlx-lm's `kv_bits`,
+    `kv_group_size`)."""
+
+    bits: int = 8
+    group_size: int = 64
+
+    @property
+    def options(self) -> dict[str, object]:
+        return {"group_size": self.group_size, "bits": self.bits, "mode": "affine"}
+
+
+# A cache: one float state, or the (codes, scales, biases) states of a quantized one.
+Cache = Tensor | tuple[Tensor, Tensor, Tensor]
+
+
+def _cache_state(
+    g: tg.Graph, name: str, shape: tuple[int, ...], dtype: tg.DType, kv: CacheQuantization | None
+) -> Cache:
+    """The state(s) of one cache of `shape` (batch, heads, max_seq, head_dim) (see the
+    module docstring for the quantized layout and names)."""
+    if kv is None:
+        return g.state(name, shape, dtype)
+    *rows, head_dim = shape
+    return (
+        g.state(name, (*rows, head_dim * kv.bits // 32), tg.uint32),
+        g.state(f"{name}.scales", (*rows, head_dim // kv.group_size), dtype),
+        g.state(f"{name}.biases", (*rows, head_dim // kv.group_size), dtype),
+    )
+
+
+def _write(
+    cache: Cache, rows: Tensor, position: int | Tensor, kv: CacheQuantization | None
+) -> Cache:
+    """`rows` (batch, heads, n, head_dim) written into `cache` at row `position` (each
+    part quantized first when the cache is), set as the states' updates; the updated
+    cache."""
+    if kv is None:
+        updated = tg.slice_update(cache, rows, 2, position)
+        rows.graph.update_state(cache, updated)
+        return updated
+    parts = tg.quantize_rows(rows, **kv.options)
+    updated = tuple(tg.slice_update(c, p, 2, position) for c, p in zip(cache, parts, strict=True))
+    for state, value in zip(cache, updated, strict=True):
+        rows.graph.update_state(state, value)
+    return updated
+
+
+def _window(cache: Cache, window: int | None) -> Cache:
+    """The cache's first `window` rows (all when None)."""
+    if isinstance(cache, Tensor):
+        return cache if window is None else tg.narrow(cache, 2, 0, window)
+    return tuple(_window(part, window) for part in cache)
+
+
+def quantized_attention(
+    q: Tensor, keys: Cache, values: Cache, mask: Tensor, kv: CacheQuantization
+) -> Tensor:
+    """softmax(q K^T / sqrt(d), keys where `mask` (bool, True = attend)) V over the
+    quantized K and V (codes, scales, biases), read through `quantized_matmul` as
+    mlx-lm's `quantized_scaled_dot_product_attention` does: the queries are scaled
+    first and masked scores are MASK_VALUE (exp of it is exactly 0)."""
+    scaled = q * (1.0 / math.sqrt(q.shape[-1]))
+    scores = tg.quantized_matmul(scaled, *keys, transpose=True, **kv.options)
+    probs = tg.softmax(tg.where(mask, scores, MASK_VALUE), axis=-1)
+    return tg.quantized_matmul(probs, *values, transpose=False, **kv.options)
+
+
 def _layer(
     h: Tensor,
     p: Mapping[str, Tensor],
     config: LlamaConfig,
-    caches: tuple[Tensor, Tensor],
+    caches: tuple[Cache, Cache],
     position: int | Tensor,
     mask: Tensor | None,
     window: int | None = None,
+    kv: CacheQuantization | None = None,
 ) -> Tensor:
     """One decoder layer over h (batch, rows, dim) at positions position + [0, rows): the
-    rows' k/v are written into the caches at row `position` and become the caches' state
-    updates. Without a mask (prefill, position 0) the queries attend causally over their
-    own rows; with one (decode) over the updated cache's first `window` rows (all when
-    None) under `mask`."""
-    g = h.graph
+    rows' k/v are written into the caches at row `position` (quantized under `kv`) and
+    become the caches' state updates. Without a mask (prefill, position 0) the queries
+    attend causally over their own rows (in float); with one (decode) over the updated
+    cache's first `window` rows (all when None) under `mask`."""
     x = rms_norm(h, p["attn_norm"], config.eps)
     q, k, v = (split_heads(x @ p[name], config.heads) for name in ("wq", "wk", "wv"))
     head_dim = config.dim // config.heads
     q = fused.rope(q, head_dim, offset=position)
     k = fused.rope(k, head_dim, offset=position)
-    k_cache = tg.slice_update(caches[0], k, 2, position)
-    v_cache = tg.slice_update(caches[1], v, 2, position)
-    g.update_state(caches[0], k_cache)
-    g.update_state(caches[1], v_cache)
+    k_cache = _write(caches[0], k, position, kv)
+    v_cache = _write(caches[1], v, position, kv)
+    if window is not None and window >= _cache_rows(caches[0]):
+        window = None
     if mask is None:
         attended = attention(q, k, v, "causal")
+    elif kv is None:
+        attended = attention(q, _window(k_cache, window), _window(v_cache, window), mask)
     else:
-        keys, values = k_cache, v_cache
-        if window is not None and window < k_cache.shape[2]:
-            keys, values = tg.narrow(k_cache, 2, 0, window), tg.narrow(v_cache, 2, 0, window)
-        attended = attention(q, keys, values, mask)
+        keys, values = _window(k_cache, window), _window(v_cache, window)
+        attended = quantized_attention(q, keys, values, mask, kv)
     h = h + merge_heads(attended) @ p["wo"]
     mlp_in = rms_norm(h, p["mlp_norm"], config.eps)
     return h + swiglu_mlp(mlp_in, p["w_gate"], p["w_up"], p["w_down"])
+
+
+def _cache_rows(cache: Cache) -> int:
+    """The rows a cache holds."""
+    return (cache if isinstance(cache, Tensor) else cache[0]).shape[2]
 
 
 def _decoder(
@@ -129,18 +222,20 @@ def _decoder(
     position: int | Tensor,
     mask: Tensor | None,
     window: int | None = None,
+    kv: CacheQuantization | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """(hidden states after every layer, the params by name) for `ids`: every weight is
     bound in `g` under its name, and layer i reads and updates the states k{i}, v{i}
-    (attending over their first `window` rows under `mask`, when given)."""
+    (quantized under `kv`, see the module docstring; attending over their first `window`
+    rows under `mask`, when given)."""
     dtype = dtype_of(config.dtype)
     params = {name: g.param(name, a.shape, dtype, a) for name, a in weights.items()}
     shape = (config.batch, config.heads, max_seq, config.dim // config.heads)
     h = tg.take(params["embed"], ids, axis=0)
     for i in range(config.layers):
         p = {key: params[f"l{i}.{key}"] for key in LAYER_KEYS}
-        caches = (g.state(f"k{i}", shape, dtype), g.state(f"v{i}", shape, dtype))
-        h = _layer(h, p, config, caches, position, mask, window)
+        caches = tuple(_cache_state(g, f"{side}{i}", shape, dtype, kv) for side in "kv")
+        h = _layer(h, p, config, caches, position, mask, window, kv)
     return h, params
 
 
@@ -150,13 +245,18 @@ def _logits(h: Tensor, params: Mapping[str, Tensor], config: LlamaConfig) -> Ten
 
 
 def prefill_graph(
-    config: LlamaConfig, weights: Mapping[str, np.ndarray], bucket: int, max_seq: int
+    config: LlamaConfig,
+    weights: Mapping[str, np.ndarray],
+    bucket: int,
+    max_seq: int,
+    kv: CacheQuantization | None = None,
 ) -> tg.Graph:
-    """The `prefill{bucket}` entry (see the module docstring)."""
+    """The `prefill{bucket}` entry (see the module docstring; a quantized cache under
+    `kv`)."""
     g = tg.Graph(f"prefill{bucket}")
     tokens = g.input("tokens", (config.batch, bucket), tg.int32)
     length = g.input("length", (), tg.int32)
-    h, params = _decoder(g, weights, config, max_seq, tokens, 0, None)
+    h, params = _decoder(g, weights, config, max_seq, tokens, 0, None, kv=kv)
     last = tg.take(h, length - 1, axis=1)  # (batch, dim): the last real position
     g.output(_logits(last, params, config))
     return g
@@ -167,9 +267,10 @@ def decode_graph(
     weights: Mapping[str, np.ndarray],
     max_seq: int,
     window: int | None = None,
+    kv: CacheQuantization | None = None,
 ) -> tg.Graph:
     """The `decode` entry, or with `window` < max_seq the `decode{window}` entry (see
-    the module docstring)."""
+    the module docstring; a quantized cache under `kv`)."""
     window = max_seq if window is None else window
     g = tg.Graph("decode" if window == max_seq else f"decode{window}")
     token = g.input("token", (config.batch, 1), tg.int32)
@@ -178,7 +279,7 @@ def decode_graph(
     # take(rows, pos) == pos for 0 <= pos < window, and a checked index error otherwise
     last = pos if window == max_seq else tg.take(rows, pos, axis=0)
     visible = (rows <= last).reshape(1, window)  # keys 0..pos of the window
-    h, params = _decoder(g, weights, config, max_seq, token, pos, visible, window)
+    h, params = _decoder(g, weights, config, max_seq, token, pos, visible, window, kv)
     g.output(_logits(h.reshape(config.batch, config.dim), params, config))
     return g
 
@@ -190,15 +291,21 @@ def llama_generation(
     buckets: Sequence[int] = DEFAULT_BUCKETS,
     seed: int = 0,
     windows: Sequence[int] | None = None,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
 ) -> dict[str, tg.Graph]:
     """The generation entries of the zoo Llama: "prefill{L}" for every bucket L <= max_seq
     (ascending), "decode{W}" for every decode window W < max_seq (None: the buckets;
     () for none) and "decode", all binding `llama_weights(config, seed)`; ready for
     `tg.compile(entries)`. `config.seq` is not used (the buckets are the prompt lengths).
+    With `kv_bits` the KV caches are quantized (`kv_bits` bits a value, a scale and a
+    bias per `kv_group_size` values; see the module docstring); None keeps them float.
 
-    GraphError names a bad max_seq, an empty or non-positive bucket list, or buckets of
-    which none fits max_seq."""
+    GraphError names a bad max_seq, an empty or non-positive bucket list, buckets of
+    which none fits max_seq, a kv_bits or kv_group_size MLX's affine quantization does
+    not take, or a head size the group does not divide."""
     config = make_config(LlamaConfig, config, {})
+    kv = cache_quantization(config, kv_bits, kv_group_size)
     if isinstance(max_seq, bool) or not isinstance(max_seq, int) or max_seq < 1:
         raise GraphError(f"llama_generation: max_seq must be a positive int but got {max_seq!r}")
     sizes = sorted(set(buckets))
@@ -211,14 +318,38 @@ def llama_generation(
             f"bucket {sizes[0]} is longer than the cache)"
         )
     weights = llama_weights(config, seed)
-    entries = {f"prefill{b}": prefill_graph(config, weights, b, max_seq) for b in fitting}
+    entries = {f"prefill{b}": prefill_graph(config, weights, b, max_seq, kv) for b in fitting}
     chosen = fitting if windows is None else sorted(set(windows))
     if any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in chosen):
         raise GraphError(f"llama_generation: windows must be positive ints but got {windows!r}")
     for window in (w for w in chosen if w < max_seq):
-        entries[f"decode{window}"] = decode_graph(config, weights, max_seq, window)
-    entries["decode"] = decode_graph(config, weights, max_seq)
+        entries[f"decode{window}"] = decode_graph(config, weights, max_seq, window, kv)
+    entries["decode"] = decode_graph(config, weights, max_seq, kv=kv)
     return entries
+
+
+def cache_quantization(
+    config: LlamaConfig, kv_bits: int | None, kv_group_size: int = 64
+) -> CacheQuantization | None:
+    """The CacheQuantization of (`kv_bits`, `kv_group_size`) for `config`'s heads (None
+    when kv_bits is None). GraphError naming the value unless MLX's affine quantization
+    takes the width and group, and the group divides the head size."""
+    if kv_bits is None:
+        return None
+    widths, groups = MODES["affine"]
+    if isinstance(kv_bits, bool) or kv_bits not in widths:
+        raise GraphError(
+            f"kv_bits must be one of {widths} (MLX's affine widths) or None, not {kv_bits!r}"
+        )
+    if isinstance(kv_group_size, bool) or kv_group_size not in groups:
+        raise GraphError(f"kv_group_size must be one of {groups}, not {kv_group_size!r}")
+    head_dim = config.dim // config.heads
+    if head_dim % kv_group_size:
+        raise GraphError(
+            f"kv_group_size {kv_group_size} does not divide the head size {head_dim} (dim "
+            f"{config.dim} / {config.heads} heads): the cache is quantized along head_dim"
+        )
+    return CacheQuantization(kv_bits, kv_group_size)
 
 
 @frozen
@@ -316,7 +447,8 @@ def choose_bucket(buckets: Sequence[int], max_seq: int, prompt_length: int, new_
 def generation_layout(program: object) -> GenerationLayout:
     """The layout of a program compiled from `llama_generation`'s entries (or any with the
     same entry names and inputs named as in INPUT_ROLES, whose first 4-D state is a
-    (batch, heads, max_seq, head_dim) cache). RunError when an entry is missing."""
+    (batch, heads, max_seq, head_dim) cache, or a quantized cache's codes (batch, heads,
+    max_seq, packed)). RunError when an entry is missing."""
     entries = program.entries
     buckets = sorted(int(n[len("prefill") :]) for n in entries if n.startswith("prefill"))
     windows = sorted(

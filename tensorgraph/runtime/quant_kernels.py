@@ -214,7 +214,8 @@ def check_dtype(dtype: np.dtype) -> None:
 
 
 def spec_of(node: Node) -> QuantSpec:
-    """The QuantSpec of a `dequantize` or `quantized_matmul` node's attributes."""
+    """The QuantSpec of a `quantize`, `dequantize` or `quantized_matmul` node's
+    attributes."""
     return QuantSpec(node.attr("mode"), node.attr("bits"), node.attr("group_size"))
 
 
@@ -226,11 +227,25 @@ def _dequantize(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _quantized_matmul(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
-    """x @ W.T (or x @ W) in float32, W dequantized exactly; rounded once by `evaluate`."""
+    """x @ W.T (or x @ W) in float32, W dequantized exactly (a stacked W broadcasts as
+    in np.matmul); rounded once by `evaluate`."""
     x, w, scales, *biases = args
     weight = dequantize(w, scales, biases[0] if biases else None, spec_of(node), x.dtype)
     weight = weight.astype(np.float32)
-    return np.matmul(x.astype(np.float32), weight.T if node.attr("transpose") else weight)
+    if node.attr("transpose"):
+        weight = np.swapaxes(weight, -1, -2)
+    return np.matmul(x.astype(np.float32), weight)
 
 
-KERNELS.update({"dequantize": _dequantize, "quantized_matmul": _quantized_matmul})
+def _quantize(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """The node's part of `quantize(x)`: MLX's bytes, x's float dtype kept throughout
+    (no element, no part: an empty x gives empty parts)."""
+    if args[0].size == 0:
+        return np.zeros(node.shape, node.dtype.to_numpy())
+    parts = quantize(args[0], spec_of(node))
+    return parts[("codes", "scales", "biases").index(node.attr("part"))]
+
+
+KERNELS.update(
+    {"dequantize": _dequantize, "quantized_matmul": _quantized_matmul, "quantize": _quantize}
+)
