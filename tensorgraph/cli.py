@@ -466,13 +466,14 @@ def _zoo_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _Generatio
     from tensorgraph.models.llama import LlamaConfig
 
     config = LlamaConfig()
-    entries = llama_generation(config, max_seq=args.max_seq, buckets=buckets, seed=args.seed)
+    kv = {"kv_bits": args.kv_bits, "kv_group_size": args.kv_group_size}
+    entries = llama_generation(config, max_seq=args.max_seq, buckets=buckets, seed=args.seed, **kv)
     weights = llama_weights(config, args.seed)
     if _converted(args):  # the oracle is then the reference interpreter (cmd_generate)
         return _GenerationModel(_precision(args, entries), config.vocab, None, "")
 
     def expected(prompt: np.ndarray, tokens: int) -> np.ndarray:
-        return reference_generate(config, weights, prompt, tokens).tokens
+        return reference_generate(config, weights, prompt, tokens, **kv).tokens
 
     return _GenerationModel(entries, config.vocab, expected, "the NumPy reference")
 
@@ -488,6 +489,8 @@ HF_LLAMA = {  # a small transformers LlamaConfig: grouped-query heads, random we
 
 
 def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _GenerationModel:
+    if args.kv_bits is not None:
+        raise UsageError("--kv-bits needs MODEL llama: hf-llama's imported cache is float")
     try:
         import torch
 
@@ -537,6 +540,8 @@ def _precision_name(args: argparse.Namespace) -> str:
     parts = [args.dtype]
     if args.quantize is not None:
         parts.append(f"{args.quantize}-bit {args.quant_mode}")
+    if getattr(args, "kv_bits", None) is not None:
+        parts.append(f"{args.kv_bits}-bit KV cache")
     return " ".join(parts)
 
 
@@ -558,8 +563,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     model = (_hf_llama if args.model == "hf-llama" else _zoo_llama)(args, fitting)
     program = compile(model.entries)
+    named = _converted(args) or args.kv_bits is not None
     print(
-        f"{args.model}{f' ({_precision_name(args)})' if _converted(args) else ''}: entries "
+        f"{args.model}{f' ({_precision_name(args)})' if named else ''}: entries "
         f"{', '.join(model.entries)} "
         f"(max_seq {args.max_seq}) compiled in {time.perf_counter() - began:.2f} s"
     )
@@ -940,6 +946,23 @@ def parser() -> argparse.ArgumentParser:
         "--seed", type=_seed, default=0, help="seed of weights and prompt, an int >= 0"
     )
     _precision_options(gen)
+    gen.add_argument(
+        "--kv-bits",
+        type=int,
+        choices=(2, 3, 4, 5, 6, 8),
+        default=None,
+        metavar="BITS",
+        help="keep the KV cache quantized to BITS per value, as mlx-lm's QuantizedKVCache "
+        "(llama only; default: none, a float cache)",
+    )
+    gen.add_argument(
+        "--kv-group-size",
+        type=int,
+        choices=(32, 64, 128),
+        default=64,
+        metavar="G",
+        help="values per scale in the quantized KV cache",
+    )
     gen.set_defaults(run=cmd_generate)
 
     demo = commands.add_parser(

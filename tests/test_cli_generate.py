@@ -40,8 +40,8 @@ def test_generate_tokens_agree_across_backends_and_seeds_differ() -> None:
 def test_a_token_mismatch_exits_one(monkeypatch, capsys) -> None:
     real = generation_reference.reference_generate
 
-    def shifted(config, weights, prompt, tokens):
-        result = real(config, weights, prompt, tokens)
+    def shifted(config, weights, prompt, tokens, **kv):
+        result = real(config, weights, prompt, tokens, **kv)
         wrong = (result.tokens + 1) % config.vocab
         return generation_reference.ReferenceGeneration(
             wrong, result.keys, result.values, result.logits
@@ -81,6 +81,7 @@ def test_a_token_mismatch_exits_one(monkeypatch, capsys) -> None:
             "nvfp4 quantization takes group sizes (16,), not 64",
         ),
         (["llama", *SMALL, "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
+        (["hf-llama", *SMALL, "--kv-bits", "8"], "--kv-bits needs MODEL llama"),
     ],
 )
 def test_bad_arguments_exit_two_with_one_line(args, message, capsys) -> None:
@@ -140,3 +141,17 @@ def test_bfloat16_generation_is_checked_within_its_rounding() -> None:
     (check,) = [line for line in result.stdout.splitlines() if line.startswith("first logits")]
     assert check.endswith("bfloat16 rounding): yes")
     assert "    bfloat16 " in result.stdout  # the weights' kind in the footprint
+
+
+def test_a_quantized_kv_cache_generates_the_reference_tokens_in_less_state() -> None:
+    def state_bytes(stdout: str) -> int:
+        (line,) = [x for x in stdout.splitlines() if x.strip().startswith("state region")]
+        return int(line.split()[-2].replace(",", ""))
+
+    full = tensorgraph("generate", "llama", *SMALL)
+    result = tensorgraph("generate", "llama", *SMALL, "--kv-bits", "8")
+    assert result.returncode == 0, result.stderr
+    assert "llama (float32 8-bit KV cache): entries" in result.stdout
+    assert result.stdout.rstrip().endswith("tokens match the NumPy reference: yes")
+    # a byte per value plus a float32 scale and bias per 64: (1 + 8/64) / 4 = 0.28
+    assert state_bytes(result.stdout) <= 0.30 * state_bytes(full.stdout)
