@@ -54,7 +54,7 @@ PYTHON_BLOCKS = fenced("python")
 
 
 def test_the_readme_has_the_blocks_this_file_runs() -> None:
-    assert len(PYTHON_BLOCKS) == 3, "the tour, the torch import, generation"
+    assert len(PYTHON_BLOCKS) == 4, "the tour, the torch import, generation, quantization"
     assert len(command_lines()) >= 6
 
 
