@@ -364,6 +364,7 @@ def lowering_of(node: Node, in_range: frozenset[int] = frozenset()) -> Lowering:
 
 
 from tensorgraph.codegen_mlx import (  # noqa: E402, F401  (they add to LOWERINGS)
+    expert_lowering,
     fused,
     quant_lowering,
     sort_lowering,

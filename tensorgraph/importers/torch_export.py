@@ -51,6 +51,7 @@ except ImportError as err:  # pragma: no cover - exercised only without torch
 from tensorgraph.importers import aten_fused as _aten_fused  # noqa: F401
 from tensorgraph.importers import aten_index as _aten_index  # noqa: F401
 from tensorgraph.importers import aten_math as _aten_math  # noqa: F401
+from tensorgraph.importers import aten_moe as _aten_moe  # noqa: F401
 from tensorgraph.importers import aten_nn as _aten_nn  # noqa: F401
 from tensorgraph.importers import aten_state as _aten_state  # noqa: F401
 from tensorgraph.importers.aten import (

@@ -92,6 +92,7 @@ from tensorgraph.ir.dtypes import (
     uint8,
     uint32,
 )
+from tensorgraph.ir.experts import gather_mm
 from tensorgraph.ir.functions import (
     all,
     any,
@@ -201,6 +202,7 @@ __all__ = [
     "fmod",
     "full",
     "gather",
+    "gather_mm",
     "gelu",
     "gelu_approx",
     "greater",

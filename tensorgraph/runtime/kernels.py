@@ -412,6 +412,7 @@ from tensorgraph.runtime import math_kernels, window_kernels  # noqa: E402
 KERNELS.update(math_kernels.KERNELS)
 KERNELS.update(window_kernels.KERNELS)
 from tensorgraph.runtime import (  # noqa: E402, F401  (they add to KERNELS)
+    expert_kernels,
     fused_kernels,
     quant_kernels,
     sort_kernels,

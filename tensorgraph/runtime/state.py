@@ -45,7 +45,12 @@ from tensorgraph.runtime.kernels import (
 )
 
 # operand position of the index / position each checked op reads, and its rule
-INDEXED = {"take": (1, "signed"), "gather": (1, "unsigned"), "index_update": (2, "unsigned")}
+INDEXED = {
+    "take": (1, "signed"),
+    "gather": (1, "unsigned"),
+    "index_update": (2, "unsigned"),
+    "gather_mm": (2, "unsigned"),
+}
 HOST_LIMIT = 1 << 12  # elements: bigger values are never evaluated on the host to check
 
 
@@ -222,8 +227,9 @@ def host_checks(graph: Graph) -> tuple[HostCheck, ...]:
         slot = _slot(node)
         if slot is None or node.inputs[slot] not in host:
             continue
-        axis = node.attr("axis")
-        size = graph.node(node.inputs[0]).shape[axis]
+        axis = node.attr("axis", 0)
+        indexed = 1 if node.op == "gather_mm" else 0  # its indices pick b's experts
+        size = graph.node(node.inputs[indexed]).shape[axis]
         cone = host[node.inputs[slot]]
         if node.op == "slice_update":
             rows = graph.node(node.inputs[1]).shape[axis]

@@ -430,7 +430,45 @@ def _cases() -> list[Case]:
             (f(1, 2, 3, 4),),
         ),
         Case("dropout_eval", lambda p: F.dropout(p, 0.5, training=False) * 2, (x,)),
+        # ---------------- mixture-of-experts dispatch (transformers' grouped_mm experts)
+        Case("histc", lambda p: torch.histc(p, bins=5, min=-1.0, max=1.0), (f(40),)),
+        Case(
+            "histc_expert_counts",
+            lambda e: torch.histc(e.float(), bins=4, min=0, max=3),
+            (i(20, low=0, high=4),),
+        ),
+        Case(
+            "empty_permuted_inverse_permutation",
+            lambda p: torch.empty_permuted((6,), (0,), dtype=torch.int64).index_put(
+                (torch.argsort(p),), torch.arange(6)
+            ),
+            (f(6),),
+        ),
+        # small integers: the bfloat16 products and sums are exact on every side
+        Case("grouped_mm_bf16", _grouped_mm_bf16, (i(7, 8, low=-3, high=4), i(3, 8, 8))),
+        Case(
+            "grouped_mm_transformers",
+            _transformers_grouped_mm,
+            (f(7, 4), f(3, 4, 5), torch.tensor([2, 2, 6], dtype=torch.int32)),
+        ),
     ]
+
+
+def _grouped_mm_bf16(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """torch's grouped matmul (bfloat16, 16-byte strides): rows 0-1 by expert 0, 2-6 by
+    expert 2 (torch leaves rows past the last offset uninitialised: none here)."""
+    offs = torch.tensor([2, 2, 7], dtype=torch.int32)
+    return torch._grouped_mm(x.bfloat16(), w.bfloat16(), offs=offs).float()
+
+
+def _transformers_grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """transformers' own grouped-matmul fallback op (registered by its moe module)."""
+    from tensorgraph.importers.torch_compat import import_transformers
+
+    import_transformers()
+    import transformers.integrations.moe  # noqa: F401  (registers the op)
+
+    return torch.ops.transformers.grouped_mm_fallback(x, w, offs)
 
 
 CASES = _cases()

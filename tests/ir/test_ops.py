@@ -12,6 +12,7 @@ import tensorgraph as tg
 from tensorgraph.ir.ops import OPS
 from tensorgraph.runtime.kernels import KERNELS
 from tests.ir import (
+    test_experts,
     test_fused,
     test_ops_conv_pool,
     test_ops_elementwise,
@@ -48,6 +49,7 @@ TABLES = (
     test_fused,
     test_updates,
     test_quantized,
+    test_experts,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand

@@ -123,6 +123,23 @@ TEXT: dict[str, Callable[[], tuple]] = {
         num_experts_per_tok=2,
         **SMALL,
     ),
+    # transformers' default experts (grouped_mm: tokens sorted by expert, histc counts,
+    # a grouped matmul): imported as one gather_mm per projection
+    "mixtral_grouped": lambda: _text(
+        "MixtralConfig", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, **SMALL
+    ),
+    "qwen2_moe": lambda: _text(
+        "Qwen2MoeConfig",
+        num_key_value_heads=2,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        shared_expert_intermediate_size=64,
+        **SMALL,
+    ),
+    "olmoe": lambda: _text(
+        "OlmoeConfig", num_experts=4, num_experts_per_tok=2, pad_token_id=0, eos_token_id=1, **SMALL
+    ),
     "bart": lambda: _text(
         "BartConfig",
         d_model=64,
