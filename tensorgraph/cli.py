@@ -488,9 +488,61 @@ HF_LLAMA = {  # a small transformers LlamaConfig: grouped-query heads, random we
 }
 
 
+# The sizes `hf:<model_type>` shrinks a family's default config to, where the config
+# has the field (gpt2's n_embd and the like are reached through transformers'
+# attribute maps): small, but every structure of the family kept (grouped-query heads,
+# experts, norms, rotary variants), so what needs importing is what the full model has.
+HF_SMALL = {
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "num_local_experts": 4,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def _generate_model(text: str) -> str:
+    """MODEL of `generate`: llama, hf-llama or hf:<model_type>."""
+    if text in GENERATE_MODELS or (text.startswith("hf:") and len(text) > 3):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"expects llama, hf-llama or hf:<model_type> (e.g. hf:qwen2) but got {text!r}"
+    )
+
+
+def _hf_config(transformers: object, args: argparse.Namespace) -> object:
+    """The transformers config of `args.model`: hf-llama's fixed small LlamaConfig, or
+    the family's default config shrunk to HF_SMALL (UsageError naming an unknown
+    model_type)."""
+    if args.model == "hf-llama":
+        return transformers.LlamaConfig(**HF_LLAMA, max_position_embeddings=args.max_seq)
+    model_type = args.model.removeprefix("hf:")
+    try:
+        config = transformers.AutoConfig.for_model(model_type)
+    except ValueError as err:
+        raise UsageError(f"unknown transformers model_type {model_type!r}") from err
+    for field, value in {**HF_SMALL, "max_position_embeddings": args.max_seq}.items():
+        if hasattr(config, field) and getattr(config, field) is not None:
+            setattr(config, field, value)
+    return config
+
+
 def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _GenerationModel:
+    """hf-llama or hf:<model_type>: a transformers causal LM from a small config with
+    seeded random weights, imported by from_torch_generation."""
+    name = args.model
     if args.kv_bits is not None:
-        raise UsageError("--kv-bits needs MODEL llama: hf-llama's imported cache is float")
+        raise UsageError(f"--kv-bits needs MODEL llama: {name}'s imported cache is float")
     try:
         import torch
 
@@ -498,17 +550,16 @@ def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _Generation
         from tensorgraph.importers.torch_compat import import_transformers
 
         transformers = import_transformers()
-
-        llama_config, llama_model = transformers.LlamaConfig, transformers.LlamaForCausalLM
+        auto_model = transformers.AutoModelForCausalLM
     except ImportError as err:  # transformers imports its models lazily, on attribute access
         detail = str(err).splitlines()[0]
         raise UsageError(
-            f"hf-llama needs torch, transformers and tensorgraph.importers.generation "
+            f"{name} needs torch, transformers and tensorgraph.importers.generation "
             f"({detail}); use MODEL llama"
         ) from err
     torch.manual_seed(args.seed)
-    config = llama_config(**HF_LLAMA, max_position_embeddings=args.max_seq)
-    model = llama_model(config).eval()
+    config = _hf_config(transformers, args)
+    model = auto_model.from_config(config).eval()
     if args.dtype != "float32":  # torch's own half-precision model, imported as it is
         model = model.to(getattr(torch, args.dtype))
     entries = from_torch_generation(model, max_seq=args.max_seq, prompt_buckets=buckets)
@@ -561,7 +612,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     choose_bucket(fitting, args.max_seq, args.prompt_len, args.tokens)  # before compiling
     _group_size(args)
     began = time.perf_counter()
-    model = (_hf_llama if args.model == "hf-llama" else _zoo_llama)(args, fitting)
+    model = (_zoo_llama if args.model == "llama" else _hf_llama)(args, fitting)
     program = compile(model.entries)
     named = _converted(args) or args.kv_bits is not None
     print(
@@ -913,9 +964,11 @@ def parser() -> argparse.ArgumentParser:
     )
     gen.add_argument(
         "model",
-        choices=GENERATE_MODELS,
+        type=_generate_model,
         metavar="MODEL",
-        help="llama (the zoo Llama, default config) or hf-llama (transformers LlamaForCausalLM)",
+        help="llama (the zoo Llama, default config), hf-llama (transformers LlamaForCausalLM) "
+        "or hf:<model_type> (any transformers causal LM family, e.g. hf:qwen3, from a small "
+        "config with random weights)",
     )
     gen.add_argument(
         "--prompt-len",

@@ -56,7 +56,7 @@ def test_a_token_mismatch_exits_one(monkeypatch, capsys) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["gpt2"], "argument MODEL: invalid choice: 'gpt2'"),
+        (["gpt2"], "argument MODEL: expects llama, hf-llama or hf:<model_type>"),
         (["llama", "--prompt-len", "0"], "--prompt-len: expects a positive int but got '0'"),
         (["llama", "--tokens", "-3"], "--tokens: expects a positive int but got '-3'"),
         (["llama", "--buckets", "8,x"], "--buckets: expects comma-separated positive ints"),
@@ -155,3 +155,38 @@ def test_a_quantized_kv_cache_generates_the_reference_tokens_in_less_state() -> 
     assert result.stdout.rstrip().endswith("tokens match the NumPy reference: yes")
     # a byte per value plus a float32 scale and bias per 64: (1 + 8/64) / 4 = 0.28
     assert state_bytes(result.stdout) <= 0.30 * state_bytes(full.stdout)
+
+
+HF_SMALL_ARGS = ["--max-seq", "32", "--buckets", "8", "--prompt-len", "6", "--tokens", "5"]
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma", "olmoe", "starcoder2"])
+def test_any_transformers_family_generates_transformers_tokens(family: str) -> None:
+    """hf:<model_type>: the family's default config shrunk (cli.HF_SMALL), random weights,
+    imported with its static cache: qk-norm (qwen3), scaled embeddings and gelu (gemma),
+    experts (olmoe), biases and layer norm (starcoder2)."""
+    result = tensorgraph("generate", f"hf:{family}", *HF_SMALL_ARGS)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip().endswith("tokens match transformers generate: yes")
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("hf:nonsense", "unknown transformers model_type 'nonsense'"),
+        ("hf:", "expects llama, hf-llama or hf:<model_type>"),
+        ("gemma2", "expects llama, hf-llama or hf:<model_type>"),
+    ],
+)
+def test_a_model_that_is_no_family_exits_two(model: str, message: str) -> None:
+    result = tensorgraph("generate", model, *HF_SMALL_ARGS)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert message in line and "Traceback" not in result.stderr
+
+
+def test_a_family_the_importer_cannot_take_names_what_is_missing() -> None:
+    result = tensorgraph("generate", "hf:gemma2", *HF_SMALL_ARGS)
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert "GraphError" in last and "StaticSlidingWindowLayer" in last

@@ -141,9 +141,11 @@ def test_run_time_quantize_is_mlx_quantize_on_every_backend(case) -> None:
     graph, x, spec = case
     prog = tg.compile(graph)
     ref = prog.run({"x": x}, backend="numpy")
-    direct = mx.quantize(to_mx(x), group_size=spec.group_size, bits=spec.bits, mode=spec.mode)
-    for got, want in zip(ref, map(to_numpy, direct), strict=False):  # the kernel's are MLX's
-        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    if x.size:  # MLX's own quantize cannot reduce a zero-size input in the floating modes
+        options = {"group_size": spec.group_size, "bits": spec.bits, "mode": spec.mode}
+        direct = mx.quantize(to_mx(x), **options)
+        for got, want in zip(ref, map(to_numpy, direct), strict=False):  # MLX's bytes
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
     for backend in ("arena", "mlx"):
         outs = prog.run({"x": x}, backend=backend)
         for got, want in zip(outs, ref, strict=True):
