@@ -64,6 +64,7 @@ from tensorgraph.models.llama import LlamaConfig, layer_weights
 from tensorgraph.models.prompt_cache import PromptCache, program_identity
 from tensorgraph.models.sampling import Sampler
 from tensorgraph.nn import MASK_VALUE, attention, merge_heads, rms_norm, split_heads, swiglu_mlp
+from tensorgraph.runtime.state import check_state
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -586,6 +587,9 @@ def generate(
         padded[:, :length] = ids
         logits = call(f"prefill{bucket}", padded, 0)
     else:
+        region = (program.state_layout, program.state_size)
+        for entry in program.entries.values():  # before a value is written, not in run
+            check_state(state, backend, entry.graph, None, region)
         state.assign(prompt_cache.states)
         logits = prompt_cache.logits
         for position in range(prompt_cache.length, length):

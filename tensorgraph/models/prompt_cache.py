@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import weakref
 import zipfile
 from collections.abc import Mapping
 
@@ -34,12 +35,22 @@ from tensorgraph.errors import LoadError, RunError, SaveError
 __all__ = ["PromptCache", "load_prompt_cache", "program_identity", "save_prompt_cache"]
 
 FORMAT = 1
+# program -> its identity: a program is frozen, and hashing a large model's weights on
+# every resumed generation would cost more than the prompt it saves.
+_IDENTITIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def program_identity(program: object) -> str:
     """The hex SHA-256 of a multi-entry program's state layout and bound weights (see
     the module docstring): equal for two programs whose states a prompt cache can move
-    between, different when a weight, a state's shape or its offset differs."""
+    between, different when a weight, a state's shape or its offset differs. Computed
+    once per program object."""
+    if program not in _IDENTITIES:
+        _IDENTITIES[program] = _identity(program)
+    return _IDENTITIES[program]
+
+
+def _identity(program: object) -> str:
     digest = hashlib.sha256()
     specs = {n.name: n for entry in program.entries.values() for n in entry.graph.states}
     layout = program.state_layout

@@ -158,3 +158,13 @@ def test_assigning_a_value_of_another_shape_writes_nothing(program) -> None:
         state.assign({"k0": good, "v0": np.ones((1, 2, 8, 8), np.float32)})
     for name, value in states_of(state).items():
         assert np.array_equal(value, before[name]), name
+
+
+def test_a_state_of_another_backend_is_refused_before_the_cache_is_written(program) -> None:
+    cache = cache_prompt(program, PROMPT, backend="numpy")
+    state = fill(program, "numpy")
+    before = states_of(state)
+    with pytest.raises(RunError, match="a state made for backend 'numpy' cannot run on 'arena'"):
+        generate(program, PROMPT, 3, backend="arena", state=state, prompt_cache=cache)
+    for name, value in states_of(state).items():
+        assert np.array_equal(value, before[name]), name
