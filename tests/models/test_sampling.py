@@ -29,36 +29,47 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def logits_from(seed: int, vocab: int = 24) -> np.ndarray:
-    """Distinct random logits (no ties, so every rule names one set)."""
-    return np.random.default_rng(seed).normal(0, 2, vocab).astype(np.float32)
+def logits_from(seed: int, vocab: int = 24, scale: float = 2.0) -> np.ndarray:
+    """Random logits, float32: a large flat vocabulary has ties, which a rule's set
+    resolves as a stable sort does (the lower id first)."""
+    return np.random.default_rng(seed).normal(0, scale, vocab).astype(np.float32)
+
+
+# (vocab, scale): a small peaked row, and a large flat one whose top-p prefix is longer
+# than the tokens the sampler sorts first (sampling.CANDIDATES), so it sorts more
+ROWS = st.sampled_from([(24, 2.0), (3000, 0.3), (3000, 4.0)])
+
+
+def descending(logits: np.ndarray) -> np.ndarray:
+    return np.argsort(-logits.astype(np.float64), kind="stable")
 
 
 def support(sampler: Sampler, logits: np.ndarray) -> set[int]:
     return set(np.flatnonzero(sampler.probabilities(logits)[0] > 0).tolist())
 
 
-@given(seed=st.integers(0, 2**16), top_p=st.floats(0.05, 0.99))
-def test_top_p_keeps_the_smallest_set_reaching_p(seed, top_p) -> None:
-    logits = logits_from(seed)
+@given(seed=st.integers(0, 2**16), top_p=st.floats(0.05, 0.99), row=ROWS)
+def test_top_p_keeps_the_smallest_set_reaching_p(seed, top_p, row) -> None:
+    logits = logits_from(seed, *row)
     p = softmax(logits.astype(np.float64))
-    order = np.argsort(-p)
+    order = descending(logits)
     count = int(np.searchsorted(np.cumsum(p[order]), top_p)) + 1  # first prefix sum >= p
-    assert support(Sampler(temperature=1.0, top_p=top_p), logits) == set(order[:count].tolist())
+    kept = support(Sampler(temperature=1.0, top_p=top_p), logits)
+    assert kept == set(order[:count].tolist())
 
 
-@given(seed=st.integers(0, 2**16), min_p=st.floats(0.0, 0.99))
-def test_min_p_keeps_tokens_of_at_least_min_p_times_the_top_probability(seed, min_p) -> None:
-    logits = logits_from(seed)
+@given(seed=st.integers(0, 2**16), min_p=st.floats(0.0, 0.99), row=ROWS)
+def test_min_p_keeps_tokens_of_at_least_min_p_times_the_top_probability(seed, min_p, row) -> None:
+    logits = logits_from(seed, *row)
     p = softmax(logits.astype(np.float64))
     want = set(np.flatnonzero(p >= min_p * p.max()).tolist())
     assert support(Sampler(temperature=1.0, min_p=min_p), logits) == want
 
 
-@given(seed=st.integers(0, 2**16), top_k=st.integers(1, 30))
-def test_top_k_keeps_the_k_most_likely(seed, top_k) -> None:
-    logits = logits_from(seed)
-    want = set(np.argsort(-logits)[:top_k].tolist())
+@given(seed=st.integers(0, 2**16), top_k=st.integers(1, 400), row=ROWS)
+def test_top_k_keeps_the_k_most_likely(seed, top_k, row) -> None:
+    logits = logits_from(seed, *row)
+    want = set(descending(logits)[:top_k].tolist())
     assert support(Sampler(temperature=0.5, top_k=top_k), logits) == want
 
 
@@ -67,9 +78,9 @@ def test_top_k_breaks_ties_towards_the_lower_id() -> None:
     assert support(Sampler(temperature=1.0, top_k=2), logits) == {1, 3}
 
 
-@given(sampler=samplers(), seed=st.integers(0, 2**16))
-def test_filters_chain_to_the_intersection_and_temperature_scales(sampler, seed) -> None:
-    logits = logits_from(seed)
+@given(sampler=samplers(), seed=st.integers(0, 2**16), row=ROWS)
+def test_filters_chain_to_the_intersection_and_temperature_scales(sampler, seed, row) -> None:
+    logits = logits_from(seed, *row)
     want = np.zeros(logits.shape)
     if sampler.is_greedy:
         want[np.argmax(logits)] = 1.0
