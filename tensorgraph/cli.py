@@ -574,9 +574,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         f"(max_seq {args.max_seq}) compiled in {time.perf_counter() - began:.2f} s"
     )
     prompt = np.random.default_rng(args.seed).integers(0, model.vocab, args.prompt_len)
+    cache = None if args.prompt_cache is None else _prompt_cache(args, program, prompt)
+    options = {"backend": args.backend, "sampler": sampler, "prompt_cache": cache}
     if args.backend == "mlx":  # the first calls trace each entry: not what tok/s measures
-        generate(program, prompt, args.tokens, backend=args.backend, sampler=sampler)
-    print(f"prompt: {args.prompt_len} tokens (seed {args.seed}), prefill bucket {bucket}")
+        generate(program, prompt, args.tokens, **options)
+    start = f"prefill bucket {bucket}" if cache is None else "resumed from the prompt cache"
+    print(f"prompt: {args.prompt_len} tokens (seed {args.seed}), {start}")
     if not sampler.is_greedy:
         print(
             f"sampling: temperature {sampler.temperature:g}, top-k {sampler.top_k or 'all'}, "
@@ -589,9 +592,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         streamed.append(int(ids[0]))
 
     stream = on_token if args.stream else None
-    result = generate(
-        program, prompt, args.tokens, backend=args.backend, sampler=sampler, on_token=stream
-    )
+    result = generate(program, prompt, args.tokens, on_token=stream, **options)
     if args.stream:
         print()
     else:
@@ -626,6 +627,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return 1
     print(f"tokens match {oracle}: yes")
     return 0
+
+
+def _prompt_cache(args: argparse.Namespace, program: object, prompt: np.ndarray) -> object:
+    """--prompt-cache FILE: the prompt cache saved in FILE (LoadError if another program
+    made it), or, when FILE does not exist, the prompt's cache, made and saved there."""
+    from tensorgraph.models.generation import cache_prompt
+    from tensorgraph.models.prompt_cache import load_prompt_cache, save_prompt_cache
+
+    if args.prompt_cache.exists():
+        cache = load_prompt_cache(args.prompt_cache, program)
+        print(f"prompt cache: resumed from {args.prompt_cache} ({cache.length} tokens)")
+        return cache
+    cache = cache_prompt(program, prompt, backend=args.backend)
+    save_prompt_cache(cache, args.prompt_cache)
+    print(f"prompt cache: saved to {args.prompt_cache} ({cache.length} tokens)")
+    return cache
 
 
 def _check_rounding(
@@ -1018,6 +1035,14 @@ def parser() -> argparse.ArgumentParser:
         "--sampling-seed", type=int, default=0, metavar="S", help="seed of the random draws"
     )
     gen.add_argument("--stream", action="store_true", help="print each token as it is made")
+    gen.add_argument(
+        "--prompt-cache",
+        type=_output_file,
+        default=None,
+        metavar="FILE",
+        help="resume from the prompt's state saved in FILE, or save it there first when FILE "
+        "does not exist (default: none)",
+    )
     gen.set_defaults(run=cmd_generate)
 
     demo = commands.add_parser(

@@ -232,3 +232,27 @@ def test_a_sampling_parameter_out_of_range_exits_two_before_compiling(args, mess
     assert captured.out == "", "nothing ran"
     (line,) = captured.err.strip().splitlines()
     assert message in line
+
+
+def test_a_prompt_cache_is_saved_then_resumed_with_the_same_tokens(tmp_path, capsys) -> None:
+    path = tmp_path / "prompt.npz"
+    argv = ["generate", "llama", *SMALL, *SAMPLED, "--backend", "arena"]
+    assert cli.main([*argv, "--prompt-cache", str(path)]) == 0
+    saved = capsys.readouterr().out
+    assert f"prompt cache: saved to {path} (5 tokens)" in saved and path.exists()
+    assert cli.main([*argv, "--prompt-cache", str(path)]) == 0
+    resumed = capsys.readouterr().out
+    assert f"prompt cache: resumed from {path} (5 tokens)" in resumed
+    assert "prompt: 5 tokens (seed 0), resumed from the prompt cache" in resumed
+    assert tokens_line(resumed) == tokens_line(saved)
+    assert resumed.rstrip().endswith("(float32 program): yes")  # the whole prompt's tokens
+
+
+def test_a_prompt_cache_of_other_weights_exits_two(tmp_path, capsys) -> None:
+    path = tmp_path / "prompt.npz"
+    argv = ["generate", "llama", *SMALL, "--backend", "numpy", "--prompt-cache", str(path)]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    assert cli.main([*argv, "--seed", "1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "LoadError: prompt cache" in line and "was made by another program" in line

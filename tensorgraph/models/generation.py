@@ -376,10 +376,11 @@ class GenerationMemory:
 
 @frozen
 class GenerationResult:
-    """One greedy generation: `tokens` (batch, count) int32 new token ids, the first from
-    the prefill; the `bucket` the prompt of `prompt_length` was padded to; wall-clock
-    seconds of the prefill call and of all decode calls (each including its logits'
-    transfer to the host and the argmax); the program's memory; the `state` it ran on."""
+    """One generation: `tokens` (batch, count) int32 new token ids, the first from the
+    prefill; the `bucket` the prompt of `prompt_length` was padded to (0: resumed from a
+    prompt cache); wall-clock seconds of the prefill call and of all decode calls (each
+    including its logits' transfer to the host and the sampler's pick); the program's
+    memory; the `state` it ran on."""
 
     tokens: np.ndarray
     prompt_length: int
