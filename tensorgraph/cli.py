@@ -597,20 +597,24 @@ def _precision_name(args: argparse.Namespace) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Greedy generation with a multi-entry program (prefill buckets + decode sharing
-    weights, KV-cache state and one arena), checked token for token against the plain
-    NumPy reference loop (llama) or transformers' own greedy generate (hf-llama); with
+    """Generation with a multi-entry program (prefill buckets + decode sharing weights,
+    KV-cache state and one arena), checked token for token against the plain NumPy
+    reference loop (llama) or transformers' own greedy generate (hf-llama); with
     --dtype or --quantize, against the reference interpreter running the same converted
-    program (a float32 oracle cannot give a reduced-precision model's tokens). Lengths
-    are checked before anything is compiled."""
+    program (a float32 oracle cannot give a reduced-precision model's tokens); with
+    --temperature > 0, against the same sampler and seed on the reference interpreter.
+    Lengths and sampling parameters are checked before anything is compiled; --stream
+    prints each token as it is made."""
     from tensorgraph.models.generation import choose_bucket, generate
+    from tensorgraph.models.sampling import Sampler
     from tensorgraph.planner.report import human
 
     fitting = tuple(b for b in args.buckets if b <= args.max_seq)
     if not fitting:
         raise UsageError(f"no bucket of {list(args.buckets)} fits --max-seq {args.max_seq}")
-    choose_bucket(fitting, args.max_seq, args.prompt_len, args.tokens)  # before compiling
+    bucket = choose_bucket(fitting, args.max_seq, args.prompt_len, args.tokens)  # before compiling
     _group_size(args)
+    sampler = Sampler(args.temperature, args.top_k, args.top_p, args.min_p, args.sampling_seed)
     began = time.perf_counter()
     model = (_zoo_llama if args.model == "llama" else _hf_llama)(args, fitting)
     program = compile(model.entries)
@@ -621,11 +625,29 @@ def cmd_generate(args: argparse.Namespace) -> int:
         f"(max_seq {args.max_seq}) compiled in {time.perf_counter() - began:.2f} s"
     )
     prompt = np.random.default_rng(args.seed).integers(0, model.vocab, args.prompt_len)
+    cache = None if args.prompt_cache is None else _prompt_cache(args, program, prompt)
+    options = {"backend": args.backend, "sampler": sampler, "prompt_cache": cache}
     if args.backend == "mlx":  # the first calls trace each entry: not what tok/s measures
-        generate(program, prompt, args.tokens, backend=args.backend)
-    result = generate(program, prompt, args.tokens, backend=args.backend)
-    print(f"prompt: {args.prompt_len} tokens (seed {args.seed}), prefill bucket {result.bucket}")
-    print("tokens: " + " ".join(str(t) for t in result.tokens[0]))
+        generate(program, prompt, args.tokens, **options)
+    start = f"prefill bucket {bucket}" if cache is None else "resumed from the prompt cache"
+    print(f"prompt: {args.prompt_len} tokens (seed {args.seed}), {start}")
+    if not sampler.is_greedy:
+        print(
+            f"sampling: temperature {sampler.temperature:g}, top-k {sampler.top_k or 'all'}, "
+            f"top-p {sampler.top_p:g}, min-p {sampler.min_p:g} (seed {sampler.seed})"
+        )
+    streamed = []
+
+    def on_token(ids: np.ndarray) -> None:  # row 0, as the tokens line shows it
+        print(("tokens:" if not streamed else "") + f" {int(ids[0])}", end="", flush=True)
+        streamed.append(int(ids[0]))
+
+    stream = on_token if args.stream else None
+    result = generate(program, prompt, args.tokens, on_token=stream, **options)
+    if args.stream:
+        print()
+    else:
+        print("tokens: " + " ".join(str(t) for t in result.tokens[0]))
     decode_rate = result.decode_tokens_per_second
     decode = "no decode step" if result.decode_steps == 0 else f"{decode_rate:.1f} tokens/s"
     print(
@@ -638,9 +660,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         + ", ".join(f"{name} {human(size)}" for name, size in result.memory.entries.items())
     )
     print(program.memory().table())
-    if model.expected is None:  # a converted program: the reference interpreter runs it
-        expected = generate(program, prompt, args.tokens, backend="numpy").tokens
+    if model.expected is None or not sampler.is_greedy:  # the reference interpreter runs it
+        expected = generate(program, prompt, args.tokens, backend="numpy", sampler=sampler).tokens
         oracle = f"the NumPy reference interpreter ({_precision_name(args)} program)"
+        if not sampler.is_greedy:
+            oracle = f"the same sampler (seed {sampler.seed}) on {oracle}"
         if args.dtype != "float32" and args.backend == "mlx":
             return _check_rounding(args, program, prompt, result.tokens, expected, oracle)
     else:
@@ -654,6 +678,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return 1
     print(f"tokens match {oracle}: yes")
     return 0
+
+
+def _prompt_cache(args: argparse.Namespace, program: object, prompt: np.ndarray) -> object:
+    """--prompt-cache FILE: the prompt cache saved in FILE (LoadError if another program
+    made it), or, when FILE does not exist, the prompt's cache, made and saved there."""
+    from tensorgraph.models.generation import cache_prompt
+    from tensorgraph.models.prompt_cache import load_prompt_cache, save_prompt_cache
+
+    if args.prompt_cache.exists():
+        cache = load_prompt_cache(args.prompt_cache, program)
+        print(f"prompt cache: resumed from {args.prompt_cache} ({cache.length} tokens)")
+        return cache
+    cache = cache_prompt(program, prompt, backend=args.backend)
+    save_prompt_cache(cache, args.prompt_cache)
+    print(f"prompt cache: saved to {args.prompt_cache} ({cache.length} tokens)")
+    return cache
 
 
 def _check_rounding(
@@ -959,8 +999,10 @@ def parser() -> argparse.ArgumentParser:
         "generate",
         help="greedy generation with a KV cache, checked against NumPy",
         description="Compile prefill buckets and a decode step into one program sharing "
-        "weights, KV-cache state and one arena; generate greedily; check the token ids "
-        "against a plain NumPy reference loop.",
+        "weights, KV-cache state and one arena; generate (greedily, or sampling with "
+        "--temperature and the filters); check the token ids against a reference: the "
+        "NumPy loop (llama), transformers' generate (hf-llama, hf:<model_type>) or the "
+        "reference interpreter running the same converted or sampled program.",
     )
     gen.add_argument(
         "model",
@@ -1015,6 +1057,46 @@ def parser() -> argparse.ArgumentParser:
         default=64,
         metavar="G",
         help="values per scale in the quantized KV cache",
+    )
+    gen.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        metavar="T",
+        help="sample from softmax(logits / T) after the filters below; 0 is greedy",
+    )
+    gen.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="sample among the K most likely (default: all)",
+    )
+    gen.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="sample among the fewest most likely tokens whose probabilities sum to >= P",
+    )
+    gen.add_argument(
+        "--min-p",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="sample among tokens of probability >= P times the most likely one's",
+    )
+    gen.add_argument(
+        "--sampling-seed", type=int, default=0, metavar="S", help="seed of the random draws"
+    )
+    gen.add_argument("--stream", action="store_true", help="print each token as it is made")
+    gen.add_argument(
+        "--prompt-cache",
+        type=_output_file,
+        default=None,
+        metavar="FILE",
+        help="resume from the prompt's state saved in FILE, or save it there first when FILE "
+        "does not exist (default: none)",
     )
     gen.set_defaults(run=cmd_generate)
 

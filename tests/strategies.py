@@ -286,3 +286,19 @@ def feeds(graph: tg.Graph, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[s
         if n.op == "param" and n.name not in graph.param_values
     }
     return inputs, params
+
+
+@st.composite
+def samplers(draw: st.DrawFn) -> object:
+    """Sampling parameters in range, each filter on or off: temperature 0 (greedy) or in
+    (0, 2], top_k None or 1-8, top_p 1 or in (0, 1), min_p 0 or in (0, 0.5), seed."""
+    from tensorgraph.models.sampling import Sampler
+
+    unit = st.floats(0.05, 0.95, allow_nan=False)
+    return Sampler(
+        temperature=draw(st.just(0.0) | st.floats(0.1, 2.0, allow_nan=False)),
+        top_k=draw(st.none() | st.integers(1, 8)),
+        top_p=draw(st.just(1.0) | unit),
+        min_p=draw(st.just(0.0) | st.floats(0.01, 0.5, allow_nan=False)),
+        seed=draw(st.integers(0, 2**16)),
+    )

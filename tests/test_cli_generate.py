@@ -190,3 +190,104 @@ def test_a_family_the_importer_cannot_take_names_what_is_missing() -> None:
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
     assert "GraphError" in last and "StaticSlidingWindowLayer" in last
+
+
+SAMPLED = ["--temperature", "0.8", "--top-p", "0.9", "--min-p", "0.05", "--sampling-seed", "3"]
+
+
+def tokens_line(out: str) -> str:
+    (line,) = [line for line in out.splitlines() if line.startswith("tokens: ")]
+    return line
+
+
+@pytest.mark.parametrize("backend", ["numpy", "arena", "mlx"])
+def test_sampled_generation_is_checked_against_the_same_sampler_on_numpy(backend, capsys) -> None:
+    assert cli.main(["generate", "llama", *SMALL, *SAMPLED, "--backend", backend]) == 0
+    out = capsys.readouterr().out
+    assert "sampling: temperature 0.8, top-k all, top-p 0.9, min-p 0.05 (seed 3)" in out
+    assert out.rstrip().endswith(
+        "tokens match the same sampler (seed 3) on the NumPy reference interpreter "
+        "(float32 program): yes"
+    )
+    assert len(tokens_line(out).split()) == 5
+
+
+def test_sampling_seeds_draw_different_tokens(capsys) -> None:
+    lines = set()
+    for seed in range(4):
+        argv = ["generate", "llama", *SMALL, "--backend", "numpy", "--temperature", "1.5"]
+        assert cli.main([*argv, "--tokens", "8", "--sampling-seed", str(seed)]) == 0
+        lines.add(tokens_line(capsys.readouterr().out))
+    assert len(lines) > 1
+
+
+class FlushedWrites:
+    """A stdout that records what had been written at each flush."""
+
+    def __init__(self) -> None:
+        self.text, self.flushed = "", []
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        self.flushed.append(self.text)
+
+
+def test_stream_prints_each_token_as_it_is_made(monkeypatch, capsys) -> None:
+    argv = ["generate", "llama", *SMALL, *SAMPLED, "--backend", "numpy"]
+    assert cli.main(argv) == 0
+    line = tokens_line(capsys.readouterr().out)
+    stdout = FlushedWrites()
+    monkeypatch.setattr("sys.stdout", stdout)
+    assert cli.main([*argv, "--stream"]) == 0
+    assert tokens_line(stdout.text) == line, "streamed tokens: the same line"
+    ids = line.split()[1:]
+    prefixes = ["tokens: " + " ".join(ids[: i + 1]) for i in range(len(ids))]
+    flushed_lines = [text.rsplit("\n", 1)[-1] for text in stdout.flushed]
+    assert all(prefix in flushed_lines for prefix in prefixes), "a flush after every token"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--temperature", "-1"], "RunError: sampling: temperature must be >= 0"),
+        (["--temperature", "nan"], "RunError: sampling: temperature must be finite"),
+        (["--top-p", "0"], "RunError: sampling: top_p must be in (0, 1]"),
+        (["--top-k", "0"], "RunError: sampling: top_k must be an int >= 1 or None"),
+        (["--min-p", "1"], "RunError: sampling: min_p must be in [0, 1)"),
+        (["--sampling-seed", "-2"], "RunError: sampling: seed must be an int >= 0 but got -2"),
+        (["--top-k", "x"], "argument --top-k: invalid int value: 'x'"),
+    ],
+)
+def test_a_sampling_parameter_out_of_range_exits_two_before_compiling(args, message, capsys):
+    assert cli.main(["generate", "llama", *SMALL, *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "", "nothing ran"
+    (line,) = captured.err.strip().splitlines()
+    assert message in line
+
+
+def test_a_prompt_cache_is_saved_then_resumed_with_the_same_tokens(tmp_path, capsys) -> None:
+    path = tmp_path / "prompt.npz"
+    argv = ["generate", "llama", *SMALL, *SAMPLED, "--backend", "arena"]
+    assert cli.main([*argv, "--prompt-cache", str(path)]) == 0
+    saved = capsys.readouterr().out
+    assert f"prompt cache: saved to {path} (5 tokens)" in saved and path.exists()
+    assert cli.main([*argv, "--prompt-cache", str(path)]) == 0
+    resumed = capsys.readouterr().out
+    assert f"prompt cache: resumed from {path} (5 tokens)" in resumed
+    assert "prompt: 5 tokens (seed 0), resumed from the prompt cache" in resumed
+    assert tokens_line(resumed) == tokens_line(saved)
+    assert resumed.rstrip().endswith("(float32 program): yes")  # the whole prompt's tokens
+
+
+def test_a_prompt_cache_of_other_weights_exits_two(tmp_path, capsys) -> None:
+    path = tmp_path / "prompt.npz"
+    argv = ["generate", "llama", *SMALL, "--backend", "numpy", "--prompt-cache", str(path)]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    assert cli.main([*argv, "--seed", "1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "LoadError: prompt cache" in line and "was made by another program" in line

@@ -41,3 +41,6 @@ class MLXState(State):
         """State `name`'s value copied to the host (it syncs: what the host checks read
         of a small state, a position counter)."""
         return to_numpy(self.values[name])
+
+    def from_host(self, array: np.ndarray) -> object:
+        return to_mx(array)

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from attrs import frozen
@@ -61,7 +61,10 @@ from tensorgraph.ir.quantized import MODES
 from tensorgraph.models.common import Weights, dtype_of, make_config
 from tensorgraph.models.generation_reference import ReferenceGeneration, reference_generate
 from tensorgraph.models.llama import LlamaConfig, layer_weights
+from tensorgraph.models.prompt_cache import PromptCache, program_identity
+from tensorgraph.models.sampling import Sampler
 from tensorgraph.nn import MASK_VALUE, attention, merge_heads, rms_norm, split_heads, swiglu_mlp
+from tensorgraph.runtime.state import check_state
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -69,7 +72,10 @@ __all__ = [
     "GenerationLayout",
     "GenerationMemory",
     "GenerationResult",
+    "PromptCache",
     "ReferenceGeneration",
+    "Sampler",
+    "cache_prompt",
     "cache_quantization",
     "choose_bucket",
     "decode_graph",
@@ -370,10 +376,11 @@ class GenerationMemory:
 
 @frozen
 class GenerationResult:
-    """One greedy generation: `tokens` (batch, count) int32 new token ids, the first from
-    the prefill; the `bucket` the prompt of `prompt_length` was padded to; wall-clock
-    seconds of the prefill call and of all decode calls (each including its logits'
-    transfer to the host and the argmax); the program's memory; the `state` it ran on."""
+    """One generation: `tokens` (batch, count) int32 new token ids, the first from the
+    prefill; the `bucket` the prompt of `prompt_length` was padded to (0: resumed from a
+    prompt cache); wall-clock seconds of the prefill call and of all decode calls (each
+    including its logits' transfer to the host and the sampler's pick); the program's
+    memory; the `state` it ran on."""
 
     tokens: np.ndarray
     prompt_length: int
@@ -519,44 +526,121 @@ def generate(
     *,
     backend: str = "mlx",
     state: object = None,
+    sampler: Sampler | None = None,
+    on_token: Callable[[np.ndarray], object] | None = None,
+    prompt_cache: PromptCache | None = None,
     **backend_options: object,
 ) -> GenerationResult:
-    """Greedy generation of `tokens` new token ids after `prompt` ((n,) or (batch, n) ids)
-    with a program compiled from `llama_generation`'s entries (or from_torch_generation's:
+    """Generation of `tokens` new token ids after `prompt` ((n,) or (batch, n) ids) with a
+    program compiled from `llama_generation`'s entries (or from_torch_generation's:
     inputs are fed by name, see INPUT_ROLES): the prompt, padded with id 0, runs the
     smallest prefill bucket >= n at position 0, then `tokens - 1` decode steps at
     positions n, n + 1, ... each feed the previous token (each on the smallest decode
     window above its position, see GenerationLayout.decode_entry). `state` (default: a fresh
     `program.new_state(backend)`) holds the KV caches; options go to the backend.
 
-    Bad lengths (see GenerationLayout.bucket_for) raise RunError before any call, so the
-    state is untouched."""
+    Each token is picked from its logits by `sampler` (default: greedy, the argmax; see
+    `tensorgraph.models.sampling`: its draws restart at its seed on every call, so a seed
+    gives the same tokens on every backend that computes the same logits), and handed to
+    `on_token` as a (batch,) int32 array as soon as it is picked, before the next step.
+
+    With `prompt_cache` (from `cache_prompt` or `load_prompt_cache`, made by a program of
+    the same identity), the prompt must start with the cache's prompt: the cached states
+    are written into `state`, any further prompt tokens run as decode steps at their
+    positions, and the first token is picked from the cache's (or the last such step's)
+    logits; `bucket` is then 0 (no prefill ran). On the cache's own prompt this gives
+    exactly the tokens of a run over the whole prompt.
+
+    Bad lengths (see GenerationLayout.bucket_for: with a prompt cache, only the empty
+    prompt, tokens < 1 and prompt + tokens past max_seq), a prompt cache of another
+    program or prompt, and an out-of-range sampler (RunError when the Sampler is made)
+    raise RunError before any call, so the state is untouched."""
     layout = generation_layout(program)
     ids = _prompt(prompt, layout.batch)
     length = ids.shape[1]
-    bucket = layout.bucket_for(length, tokens)
+    sampler = Sampler() if sampler is None else sampler
+    if not isinstance(sampler, Sampler):
+        raise RunError(f"sampler must be a Sampler but got {type(sampler).__name__}")
+    if prompt_cache is None:
+        bucket = layout.bucket_for(length, tokens)
+    else:
+        bucket = 0
+        _check_prompt_cache(program, prompt_cache, ids)
+        choose_bucket((length,), layout.max_seq, length, tokens)
     state = program.new_state(backend) if state is None else state
-    padded = np.zeros((layout.batch, bucket), np.int32)
-    padded[:, :length] = ids
+    draws = sampler.generator()
     out = np.empty((layout.batch, tokens), np.int32)
 
     def call(entry: str, ids: np.ndarray, position: int) -> np.ndarray:
         roles = {"ids": ids, "position": position, "length": length}
         feeds = _feeds(program.entries[entry].graph, roles)
         (logits,) = program.run(entry, feeds, backend=backend, state=state, **backend_options)
-        return np.argmax(np.asarray(logits).reshape(layout.batch, -1), axis=-1)
+        return np.asarray(logits).reshape(layout.batch, -1)
+
+    def pick(step: int, logits: np.ndarray) -> None:
+        out[:, step] = sampler.sample(logits, draws)
+        if on_token is not None:
+            on_token(out[:, step].copy())
 
     began = time.perf_counter()
-    out[:, 0] = call(f"prefill{bucket}", padded, 0)
+    if prompt_cache is None:
+        padded = np.zeros((layout.batch, bucket), np.int32)
+        padded[:, :length] = ids
+        logits = call(f"prefill{bucket}", padded, 0)
+    else:
+        region = (program.state_layout, program.state_size)
+        for entry in program.entries.values():  # before a value is written, not in run
+            check_state(state, backend, entry.graph, None, region)
+        state.assign(prompt_cache.states)
+        logits = prompt_cache.logits
+        for position in range(prompt_cache.length, length):
+            logits = call(layout.decode_entry(position), ids[:, position : position + 1], position)
+    pick(0, logits)
     prefill_seconds = time.perf_counter() - began
     began = time.perf_counter()
     for step in range(1, tokens):
         position = length + step - 1
-        out[:, step] = call(layout.decode_entry(position), out[:, step - 1 : step], position)
+        pick(step, call(layout.decode_entry(position), out[:, step - 1 : step], position))
     decode_seconds = time.perf_counter() - began
     return GenerationResult(
         out, length, bucket, prefill_seconds, decode_seconds, generation_memory(program), state
     )
+
+
+def _check_prompt_cache(program: object, cache: PromptCache, ids: np.ndarray) -> None:
+    """RunError unless `cache` is a PromptCache of `program` whose prompt begins `ids`."""
+    if not isinstance(cache, PromptCache):
+        raise RunError(f"prompt_cache must be a PromptCache but got {type(cache).__name__}")
+    cache.check_program(program)
+    cached = cache.prompt
+    if cached.shape[0] != ids.shape[0] or cached.shape[1] > ids.shape[1]:
+        raise RunError(
+            f"the prompt {ids.shape} is not an extension of the cached prompt {cached.shape}"
+        )
+    if not np.array_equal(ids[:, : cached.shape[1]], cached):
+        step = int(np.argmax((ids[:, : cached.shape[1]] != cached).any(axis=0)))
+        raise RunError(f"the prompt differs from the cached prompt at position {step}")
+
+
+def cache_prompt(
+    program: object, prompt: object, *, backend: str = "mlx", state: object = None
+) -> PromptCache:
+    """Run the prompt ((n,) or (batch, n) ids) through the smallest prefill bucket >= n,
+    as `generate` does, on `state` (default: a fresh one), and return its PromptCache:
+    the states after it, the logits of its last position and the program's identity.
+    RunError (nothing run) for a prompt no bucket holds or past max_seq - 1."""
+    layout = generation_layout(program)
+    ids = _prompt(prompt, layout.batch)
+    bucket = layout.bucket_for(ids.shape[1], 1)
+    state = program.new_state(backend) if state is None else state
+    padded = np.zeros((layout.batch, bucket), np.int32)
+    padded[:, : ids.shape[1]] = ids
+    entry = program.entries[f"prefill{bucket}"]
+    feeds = _feeds(entry.graph, {"ids": padded, "position": 0, "length": ids.shape[1]})
+    (logits,) = program.run(f"prefill{bucket}", feeds, backend=backend, state=state)
+    logits = np.asarray(logits).reshape(layout.batch, -1).astype(np.float32)
+    values = {name: state[name] for name in state.names}
+    return PromptCache(program_identity(program), ids, logits, values)
 
 
 def prefill_logits(program: object, prompt: object, backend: str = "mlx") -> np.ndarray:

@@ -115,6 +115,32 @@ class State:
         count = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         return self.region[offset : offset + count].view(dtype).reshape(shape)
 
+    def from_host(self, array: np.ndarray) -> object:
+        """A copy of host `array` in this backend's form (the numpy backend's own array)."""
+        return np.array(array, copy=True)
+
+    def assign(self, values: Mapping[str, np.ndarray]) -> None:
+        """Each state named in `values` set to a copy of that host array (a saved prompt
+        cache put back). RunError naming the state, before anything is written, when the
+        State is unusable, a name is unknown or a value's shape or dtype differs from the
+        state's."""
+        self.check_usable()
+        for name, array in values.items():
+            if name not in self.specs:
+                raise RunError(f"no state named {name!r}; states: {', '.join(self.names)}")
+            shape, dtype = self.specs[name]
+            got = np.asarray(array)
+            if got.shape != tuple(shape) or got.dtype != np.dtype(dtype):
+                raise RunError(
+                    f"state {name!r} is {tuple(shape)} {np.dtype(dtype)} but the value "
+                    f"given is {got.shape} {got.dtype}"
+                )
+        for name, array in values.items():
+            if self.backend == "arena":
+                self.view(name)[...] = array
+            else:
+                self.values[name] = self.from_host(np.asarray(array))
+
     def __getitem__(self, name: str) -> np.ndarray:
         """A NumPy copy of state `name`'s current value."""
         if name not in self.specs:
