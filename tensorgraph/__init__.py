@@ -24,6 +24,7 @@ from tensorgraph.ir.api import *  # noqa: F403  (graphs, dtypes, op functions: i
 from tensorgraph.ir.graph import Graph
 from tensorgraph.multi import MultiProgram, compile_entries
 from tensorgraph.passes.quantize import quantize
+from tensorgraph.passes.quantize_states import quantize_states
 from tensorgraph.passes.to_dtype import to_dtype
 from tensorgraph.runtime.state import State
 from tensorgraph.weights_io import load_weights, save_weights

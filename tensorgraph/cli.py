@@ -494,12 +494,12 @@ HF_LLAMA = {  # a small transformers LlamaConfig: grouped-query heads, random we
 # experts, norms, rotary variants), so what needs importing is what the full model has.
 HF_SMALL = {
     "vocab_size": 128,
-    "hidden_size": 64,
-    "intermediate_size": 128,
+    "hidden_size": 128,
+    "intermediate_size": 256,
     "num_hidden_layers": 2,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
-    "head_dim": 16,
+    "head_dim": 32,  # MLX's smallest quantization group, so --kv-bits can take the cache
     "num_local_experts": 4,
     "num_experts": 4,
     "num_experts_per_tok": 2,
@@ -541,8 +541,6 @@ def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _Generation
     """hf-llama or hf:<model_type>: a transformers causal LM from a small config with
     seeded random weights, imported by from_torch_generation."""
     name = args.model
-    if args.kv_bits is not None:
-        raise UsageError(f"--kv-bits needs MODEL llama: {name}'s imported cache is float")
     try:
         import torch
 
@@ -563,6 +561,21 @@ def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _Generation
     if args.dtype != "float32":  # torch's own half-precision model, imported as it is
         model = model.to(getattr(torch, args.dtype))
     entries = from_torch_generation(model, max_seq=args.max_seq, prompt_buckets=buckets)
+    if args.kv_bits is not None:  # the imported float cache held quantized (any family)
+        from tensorgraph.passes.quantize_states import quantize_graph_states, quantize_states
+
+        try:
+            first = quantize_graph_states(
+                next(iter(entries.values())), args.kv_bits, args.kv_group_size
+            )
+            if not first.stats["quantized"]:
+                why = "; ".join(f"{k}: {v}" for k, v in first.stats["kept"].items())
+                raise UsageError(f"--kv-bits: no cache of {name} can be quantized ({why})")
+            entries = quantize_states(entries, args.kv_bits, args.kv_group_size)
+        except TensorGraphError as err:
+            raise UsageError(str(err)) from err
+        quantized = _precision(args.__class__(**{**vars(args), "dtype": "float32"}), entries)
+        return _GenerationModel(quantized, config.vocab_size, None, "")
     if _converted(args):  # the oracle is then the reference interpreter (cmd_generate)
         quantized = _precision(args.__class__(**{**vars(args), "dtype": "float32"}), entries)
         return _GenerationModel(quantized, config.vocab_size, None, "")
@@ -1048,7 +1061,8 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         metavar="BITS",
         help="keep the KV cache quantized to BITS per value, as mlx-lm's QuantizedKVCache "
-        "(llama only; default: none, a float cache)",
+        "(the zoo llama attends through quantized_matmul; imported models dequantize the "
+        "cache they read; default: none, a float cache)",
     )
     gen.add_argument(
         "--kv-group-size",

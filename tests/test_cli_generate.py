@@ -81,7 +81,10 @@ def test_a_token_mismatch_exits_one(monkeypatch, capsys) -> None:
             "nvfp4 quantization takes group sizes (16,), not 64",
         ),
         (["llama", *SMALL, "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
-        (["hf-llama", *SMALL, "--kv-bits", "8"], "--kv-bits needs MODEL llama"),
+        (
+            ["hf-llama", *SMALL, "--kv-bits", "8"],
+            "--kv-bits: no cache of hf-llama can be quantized (key_cache_0: last axis",
+        ),
     ],
 )
 def test_bad_arguments_exit_two_with_one_line(args, message, capsys) -> None:

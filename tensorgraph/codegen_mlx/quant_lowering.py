@@ -10,9 +10,12 @@ MLX wants at least two axes for a packed weight: a 1-D one (a single row taken f
 an embedding table) is lowered as one row and reshaped back. With a stacked weight MLX
 ignores the weight's batch axes when x has fewer axes than it (x (M, K) with w (B, N,
 Kp) gives (M, N)), so x is given the weight's rank first and broadcasts as in NumPy.
-`mx.quantize` gives the bytes the oracle gives (quant_kernels); each `quantize` node
-takes its part of one call, and MLX's graph shares nothing between the three calls of a
-row's three parts: the quantized rows of a KV cache step are small.
+`mx.quantize` gives the bytes the oracle gives (quant_kernels). The `quantize` nodes of
+one value's parts share one `mx.quantize` call (`_QUANTIZED`): inside `mx.compile`, MLX
+0.32 fails ("_Map_base::at") on a trace where separate quantize calls of one array
+meet again in a dequantize, which is what a quantized cache written and read in one
+step is (measured; one shared call traces). A call's parts are held until every part
+node has taken its own, then released, so nothing outlives its step.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import mlx.core as mx
 from tensorgraph.codegen_mlx.arrays import MX_DTYPES
 from tensorgraph.codegen_mlx.lowering import LOWERINGS, _lowered
 from tensorgraph.ir.node import Node
+from tensorgraph.ir.quantized import QUANTIZE_PARTS
 
 
 def _options(node: Node) -> dict:
@@ -59,9 +63,24 @@ def _quantized_matmul(node: Node, args: Sequence[mx.array]) -> mx.array:
     )
 
 
+# (id of the quantized array, options) -> [the array, its parts, part names not yet taken]
+_QUANTIZED: dict[tuple, list] = {}
+
+
 def _quantize(node: Node, args: Sequence[mx.array]) -> mx.array:
-    parts = mx.quantize(args[0], **_options(node))
-    return parts[("codes", "scales", "biases").index(node.attr("part"))]
+    x, options = args[0], _options(node)
+    key = (id(x), *options.values())
+    held = _QUANTIZED.get(key)
+    if held is None or held[0] is not x:  # a new array (an id can be reused once freed)
+        names = (
+            ("codes", "scales", "biases") if options["mode"] == "affine" else ("codes", "scales")
+        )
+        held = _QUANTIZED[key] = [x, mx.quantize(x, **options), set(names)]
+    part = node.attr("part")
+    held[2].discard(part)
+    if not held[2]:  # every part taken: release the array and its parts
+        del _QUANTIZED[key]
+    return held[1][QUANTIZE_PARTS.index(part)]
 
 
 LOWERINGS.update(
