@@ -16,11 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import mlx.core as mx
-import numpy as np
 
 from tensorgraph.codegen_mlx import guards
 from tensorgraph.codegen_mlx.lowering import LOWERINGS, _lowered
-from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 
 
@@ -35,37 +33,15 @@ def _gather_mm(node: Node, args: Sequence[mx.array]) -> mx.array:
     return mx.gather_mm(a, b, rhs_indices=safe.astype(mx.uint32))
 
 
-def _experts(node: Node, graph: Graph) -> int:
-    return graph.node(node.inputs[1]).shape[0]
-
-
-def _can_break(node: Node, graph: Graph) -> bool:
-    indices = graph.node(node.inputs[2])
-    if 0 in indices.shape:
-        return False
-    info = np.iinfo(indices.dtype.to_numpy())
-    return info.min < 0 or info.max >= _experts(node, graph)
-
-
-def _violation(node: Node, graph: Graph, indices: np.ndarray) -> tuple[int, ...] | None:
-    experts = _experts(node, graph)
-    wide = indices.astype(np.int64).reshape(-1)
-    bad = (wide < 0) | (wide >= experts)
-    return (int(wide[bad][0]), experts) if bad.any() else None
-
-
-def _verdict(node: Node, args: Sequence[mx.array]) -> mx.array:
-    experts = args[1].shape[0]
-    wide = args[2].astype(mx.int64).reshape(-1)
-    bad = mx.logical_or(wide < 0, wide >= experts)
-    first = mx.argmax(bad)  # the first bad index, or 0 when none is bad
-    return mx.stack([bad[first].astype(mx.int64), wide[first], mx.array(experts, mx.int64)])
-
-
 def _message(node: Node, culprits: tuple[int, ...]) -> str:
     index, experts = culprits
     return f"{describe(node)}: expert index {index} is out of range for {experts} experts"
 
 
 LOWERINGS["gather_mm"] = _lowered("gather_mm", _gather_mm)
-guards.GUARDS["gather_mm"] = guards.Guard(2, _can_break, _violation, _verdict, _message)
+guards.GUARDS["gather_mm"] = guards.index_guard(
+    2,
+    lambda node, graph: graph.node(node.inputs[1]).shape[0],
+    lambda node, args: args[1].shape[0],
+    _message,
+)

@@ -224,6 +224,42 @@ def _division_message(node: Node, culprits: tuple[int, ...]) -> str:
     return f"{describe(node)}: integer division by zero"
 
 
+# ---------------------------------------------------------------- unsigned indices
+
+
+def index_guard(
+    operand: int,
+    extent: Callable[[Node, Graph], int],
+    extent_of_args: Callable[[Node, Sequence[mx.array]], int],
+    message: Callable[[Node, tuple[int, ...]], str],
+) -> Guard:
+    """The guard of an op whose operand `operand` holds indices that must lie in
+    [0, extent) (index_update's rows, gather_mm's experts): `extent(node, graph)` at
+    compile time, `extent_of_args(node, args)` on the device; culprits (index, extent)."""
+
+    def can_break(node: Node, graph: Graph) -> bool:
+        indices = graph.node(node.inputs[operand])
+        if 0 in indices.shape:
+            return False
+        info = np.iinfo(indices.dtype.to_numpy())
+        return info.min < 0 or info.max >= extent(node, graph)
+
+    def violation(node: Node, graph: Graph, indices: np.ndarray) -> tuple[int, ...] | None:
+        size = extent(node, graph)
+        wide = indices.astype(np.int64).reshape(-1)
+        bad = (wide < 0) | (wide >= size)
+        return (int(wide[bad][0]), size) if bad.any() else None
+
+    def verdict(node: Node, args: Sequence[mx.array]) -> mx.array:
+        size = extent_of_args(node, args)
+        wide = args[operand].astype(mx.int64).reshape(-1)
+        bad = mx.logical_or(wide < 0, wide >= size)
+        first = mx.argmax(bad)  # the first bad index, or 0 when none is bad
+        return mx.stack([bad[first].astype(mx.int64), wide[first], mx.array(size, mx.int64)])
+
+    return Guard(operand, can_break, violation, verdict, message)
+
+
 _DIVISION = Guard(1, _division_can_break, _division_violation, _division_verdict, _division_message)
 
 GUARDS: dict[str, Guard] = {

@@ -23,11 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import mlx.core as mx
-import numpy as np
 
 from tensorgraph.codegen_mlx import guards
 from tensorgraph.codegen_mlx.lowering import LOWERINGS, _lowered
-from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 
 
@@ -60,33 +58,6 @@ def _index_update(node: Node, args: Sequence[mx.array]) -> mx.array:
 # ---------------------------------------------------------------- the guard
 
 
-def _size(node: Node, graph: Graph) -> int:
-    return graph.node(node.inputs[0]).shape[node.attr("axis")]
-
-
-def _can_break(node: Node, graph: Graph) -> bool:
-    index = graph.node(node.inputs[2])
-    if 0 in index.shape:
-        return False
-    info = np.iinfo(index.dtype.to_numpy())
-    return info.min < 0 or info.max >= _size(node, graph)
-
-
-def _violation(node: Node, graph: Graph, index: np.ndarray) -> tuple[int, ...] | None:
-    size = _size(node, graph)
-    wide = index.astype(np.int64).reshape(-1)
-    bad = (wide < 0) | (wide >= size)
-    return (int(wide[bad][0]), size) if bad.any() else None
-
-
-def _verdict(node: Node, args: Sequence[mx.array]) -> mx.array:
-    size = args[0].shape[node.attr("axis")]
-    wide = args[2].astype(mx.int64).reshape(-1)
-    bad = mx.logical_or(wide < 0, wide >= size)
-    first = mx.argmax(bad)  # the first bad index, or 0 when none is bad
-    return mx.stack([bad[first].astype(mx.int64), wide[first], mx.array(size, mx.int64)])
-
-
 def _message(node: Node, culprits: tuple[int, ...]) -> str:
     index, size = culprits
     return (
@@ -96,4 +67,9 @@ def _message(node: Node, culprits: tuple[int, ...]) -> str:
 
 
 LOWERINGS["index_update"] = _lowered("index_update", _index_update)
-guards.GUARDS["index_update"] = guards.Guard(2, _can_break, _violation, _verdict, _message)
+guards.GUARDS["index_update"] = guards.index_guard(
+    2,
+    lambda node, graph: graph.node(node.inputs[0]).shape[node.attr("axis")],
+    lambda node, args: args[0].shape[node.attr("axis")],
+    _message,
+)
