@@ -56,6 +56,9 @@ def _reason(graph: Graph, state: Node, group_size: int) -> str | None:
                 if node.attr("axis") == len(state.shape) - 1:
                     return f"{describe(node)} writes along the quantized last axis"
                 frontier.append(user)
+    update = graph.state_updates.get(state.name)
+    if update is not None and update not in seen:  # its new value is not a chain of writes
+        return f"its update {describe(graph.node(update))} is not a write into it"
     return None
 
 

@@ -82,6 +82,8 @@ def test_caches_that_cannot_be_quantized_stay_float_and_say_why() -> None:
     counter = g.state("counter", (1,), tg.int32)
     along = g.state("along", (2, 64), tg.float32)  # written along its last axis
     g.update_state(narrow, narrow + 1.0)
+    added = g.state("added", (1, 64), tg.float32)
+    g.update_state(added, added + 1.0)  # computed, not written: stays float
     g.update_state(counter, counter + 1)
     g.update_state(along, tg.slice_update(along, g.input("x", (2, 32)), axis=1, start=0))
     result = quantize_graph_states(g, bits=8, group_size=64)
@@ -90,6 +92,7 @@ def test_caches_that_cannot_be_quantized_stay_float_and_say_why() -> None:
     assert "not a multiple of the group size 64" in kept["narrow"]
     assert kept["counter"] == "dtype int32 is not a float"
     assert "writes along the quantized last axis" in kept["along"]
+    assert "is not a write into it" in kept["added"]
 
 
 def test_an_imported_cache_generates_the_reference_tokens_on_every_backend() -> None:
