@@ -65,6 +65,7 @@ def _quantized_matmul(node: Node, args: Sequence[mx.array]) -> mx.array:
 
 # (id of the quantized array, options) -> [the array, its parts, part names not yet taken]
 _QUANTIZED: dict[tuple, list] = {}
+_HELD_AT_MOST = 4  # calls held at once: the part nodes of a value run close together
 
 
 def _quantize(node: Node, args: Sequence[mx.array]) -> mx.array:
@@ -76,6 +77,8 @@ def _quantize(node: Node, args: Sequence[mx.array]) -> mx.array:
             ("codes", "scales", "biases") if options["mode"] == "affine" else ("codes", "scales")
         )
         held = _QUANTIZED[key] = [x, mx.quantize(x, **options), set(names)]
+        while len(_QUANTIZED) > _HELD_AT_MOST:  # a part no node takes must not pile up
+            del _QUANTIZED[next(iter(_QUANTIZED))]
     part = node.attr("part")
     held[2].discard(part)
     if not held[2]:  # every part taken: release the array and its parts
