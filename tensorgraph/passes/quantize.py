@@ -65,6 +65,8 @@ def _served(graph: Graph, users: Mapping[int, list[int]], use: tuple) -> bool:
         x = graph.node(node.inputs[0])
         return x.dtype == node.dtype and x.dtype.is_float
     if node.op == "transpose":
+        if node.id in graph.outputs:  # returned as it is: it must exist
+            return False
         readers = [graph.node(u) for u in users[node.id]]
         return bool(readers) and all(
             r.op == "matmul"
@@ -169,7 +171,11 @@ def _rewrite(
         ids[node.id] = added.id
         if node.op == "param" and node.name in graph.param_values:
             new.param_values[node.name] = graph.param_values[node.name]
-    outputs = [ids[o] for o in graph.outputs]
+    outputs = []
+    for o in graph.outputs:  # a quantized weight returned as an output: its float value
+        if o in quantized and o not in dequantized:
+            dequantized[o] = _dequantized(new, graph.node(o), quantized[o], options)
+        outputs.append(dequantized[o] if o in quantized else ids[o])
     result = Graph.from_nodes(
         graph.name, new.nodes, outputs, new.param_values, graph.state_positions
     )

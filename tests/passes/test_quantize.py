@@ -147,3 +147,23 @@ def test_unsupported_quantization_is_named(options: dict, match: str) -> None:
     graph, _ = model(np.random.default_rng(3), 64)
     with pytest.raises(ShapeError, match=match):
         tg.quantize(graph, **options)
+
+
+def test_a_weight_that_is_also_an_output_is_returned_dequantized() -> None:
+    """Returned as it is, a quantized weight is its dequantized value; a transpose that
+    is returned itself is no weight use, so that weight stays float."""
+    rng = np.random.default_rng(4)
+    g = tg.Graph("returned")
+    w = g.param("w", (8, 64), tg.float32, rng.standard_normal((8, 64)).astype(np.float32))
+    v = g.param("v", (8, 64), tg.float32, rng.standard_normal((8, 64)).astype(np.float32))
+    x = g.input("x", (2, 64))
+    tv = tg.transpose(v)
+    g.output(x @ tg.transpose(w), w, x @ tv, tv)
+    result = quantize_weights(g, bits=8, group_size=64)
+    assert result.stats["quantized"] == 1 and set(result.stats["kept"]) == {"v"}
+    prog = tg.compile(result.graph)
+    product, weight, _, transposed = prog.run({"x": np.ones((2, 64), np.float32)}, backend="numpy")
+    back = mlx_roundtrip(g.param_values["w"], "affine", 8, 64)
+    assert weight.tobytes() == back.tobytes()
+    np.testing.assert_allclose(product, np.ones((2, 64)) @ back.T, rtol=1e-5)
+    assert transposed.tobytes() == np.ascontiguousarray(g.param_values["v"].T).tobytes()
