@@ -114,32 +114,6 @@ def _take_message(node: Node, culprits: tuple[int, ...]) -> str:
     )
 
 
-# ---------------------------------------------------------------- gather
-
-
-def _gather_can_break(node: Node, graph: Graph) -> bool:
-    indices = graph.node(node.inputs[1])
-    if 0 in indices.shape:
-        return False
-    info = np.iinfo(indices.dtype.to_numpy())
-    return info.min < 0 or info.max >= _axis_size(node, graph)
-
-
-def _gather_violation(node: Node, graph: Graph, indices: np.ndarray) -> tuple[int, ...] | None:
-    size = _axis_size(node, graph)
-    wide = indices.astype(np.int64).reshape(-1)
-    bad = (wide < 0) | (wide >= size)
-    return (int(wide[bad][0]), size) if bad.any() else None
-
-
-def _gather_verdict(node: Node, args: Sequence[mx.array]) -> mx.array:
-    size = args[0].shape[node.attr("axis")]
-    wide = args[1].astype(mx.int64).reshape(-1)
-    bad = mx.logical_or(wide < 0, wide >= size)
-    first = mx.argmax(bad)  # the first bad index, or 0 when none is bad
-    return mx.stack([bad[first].astype(mx.int64), wide[first], mx.array(size, mx.int64)])
-
-
 # ---------------------------------------------------------------- pow
 
 
@@ -264,7 +238,9 @@ _DIVISION = Guard(1, _division_can_break, _division_violation, _division_verdict
 
 GUARDS: dict[str, Guard] = {
     "take": Guard(1, _take_can_break, _take_violation, _take_verdict, _take_message),
-    "gather": Guard(1, _gather_can_break, _gather_violation, _gather_verdict, _take_message),
+    "gather": index_guard(
+        1, _axis_size, lambda node, args: args[0].shape[node.attr("axis")], _take_message
+    ),
     "pow": Guard(1, _pow_can_break, _pow_violation, _pow_verdict, _pow_message),
     "slice_update": Guard(
         2,
