@@ -537,7 +537,7 @@ def _hf_config(transformers: object, args: argparse.Namespace) -> object:
     return config
 
 
-def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _GenerationModel:
+def _hf_model(args: argparse.Namespace, buckets: tuple[int, ...]) -> _GenerationModel:
     """hf-llama or hf:<model_type>: a transformers causal LM from a small config with
     seeded random weights, imported by from_torch_generation."""
     name = args.model
@@ -574,9 +574,9 @@ def _hf_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _Generation
             entries = quantize_states(entries, args.kv_bits, args.kv_group_size)
         except TensorGraphError as err:
             raise UsageError(str(err)) from err
-        quantized = _precision(args.__class__(**{**vars(args), "dtype": "float32"}), entries)
-        return _GenerationModel(quantized, config.vocab_size, None, "")
-    if _converted(args):  # the oracle is then the reference interpreter (cmd_generate)
+    if _converted(args) or args.kv_bits is not None:  # the reference interpreter is the
+        # oracle then (cmd_generate); --dtype already made torch's own model, so only
+        # --quantize is left to apply
         quantized = _precision(args.__class__(**{**vars(args), "dtype": "float32"}), entries)
         return _GenerationModel(quantized, config.vocab_size, None, "")
 
@@ -629,7 +629,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     _group_size(args)
     sampler = Sampler(args.temperature, args.top_k, args.top_p, args.min_p, args.sampling_seed)
     began = time.perf_counter()
-    model = (_zoo_llama if args.model == "llama" else _hf_llama)(args, fitting)
+    model = (_zoo_llama if args.model == "llama" else _hf_model)(args, fitting)
     program = compile(model.entries)
     named = _converted(args) or args.kv_bits is not None
     print(
