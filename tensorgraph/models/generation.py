@@ -629,24 +629,21 @@ def cache_prompt(
     as `generate` does, on `state` (default: a fresh one), and return its PromptCache:
     the states after it, the logits of its last position and the program's identity.
     RunError (nothing run) for a prompt no bucket holds or past max_seq - 1."""
-    layout = generation_layout(program)
-    ids = _prompt(prompt, layout.batch)
-    bucket = layout.bucket_for(ids.shape[1], 1)
+    ids = _prompt(prompt, generation_layout(program).batch)
     state = program.new_state(backend) if state is None else state
-    padded = np.zeros((layout.batch, bucket), np.int32)
-    padded[:, : ids.shape[1]] = ids
-    entry = program.entries[f"prefill{bucket}"]
-    feeds = _feeds(entry.graph, {"ids": padded, "position": 0, "length": ids.shape[1]})
-    (logits,) = program.run(f"prefill{bucket}", feeds, backend=backend, state=state)
-    logits = np.asarray(logits).reshape(layout.batch, -1).astype(np.float32)
+    logits = prefill_logits(program, ids, backend, state).astype(np.float32)
     values = {name: state[name] for name in state.names}
     return PromptCache(program_identity(program), ids, logits, values)
 
 
-def prefill_logits(program: object, prompt: object, backend: str = "mlx") -> np.ndarray:
+def prefill_logits(
+    program: object, prompt: object, backend: str = "mlx", state: object = None
+) -> np.ndarray:
     """The logits (batch, vocab) of the first new token after `prompt`, from the
-    prefill entry `generate` would run, on a fresh state: what to compare between
-    backends where greedy tokens may flip on a near tie (reduced precision)."""
+    prefill entry `generate` would run, on `state` (default: a fresh one, then
+    discarded): what to compare between backends where greedy tokens may flip on a
+    near tie (reduced precision), and what a prompt cache keeps. RunError (nothing run)
+    for a prompt no bucket holds or past max_seq - 1."""
     layout = generation_layout(program)
     ids = _prompt(prompt, layout.batch)
     bucket = layout.bucket_for(ids.shape[1], 1)
@@ -654,6 +651,6 @@ def prefill_logits(program: object, prompt: object, backend: str = "mlx") -> np.
     padded[:, : ids.shape[1]] = ids
     entry = program.entries[f"prefill{bucket}"]
     feeds = _feeds(entry.graph, {"ids": padded, "position": 0, "length": ids.shape[1]})
-    state = program.new_state(backend)
+    state = program.new_state(backend) if state is None else state
     (logits,) = program.run(f"prefill{bucket}", feeds, backend=backend, state=state)
     return np.asarray(logits).reshape(layout.batch, -1)
