@@ -27,7 +27,7 @@ import ml_dtypes
 import numpy as np
 from attrs import frozen
 
-from tensorgraph.errors import DTypeError, ShapeError
+from tensorgraph.errors import ShapeError
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.quantized import check_quantization
 from tensorgraph.runtime.kernels import KERNELS
@@ -202,12 +202,6 @@ def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
     weights = (1 << np.arange(bits, dtype=np.uint32)).astype(np.uint32)
     codes = (stream.reshape(rows.shape[0], count, bits) * weights).sum(axis=-1)
     return codes.astype(np.uint32).reshape(*packed.shape[:-1], count)
-
-
-def check_dtype(dtype: np.dtype) -> None:
-    """DTypeError unless `dtype` is one of the floats weights are stored in."""
-    if np.dtype(dtype) not in FLOAT_DTYPES:
-        raise DTypeError(f"quantized weights are float32, float16 or bfloat16, not {dtype}")
 
 
 # ---------------------------------------------------------------- the IR's kernels

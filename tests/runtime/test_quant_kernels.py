@@ -12,13 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorgraph.codegen_mlx.arrays import to_mx, to_numpy
-from tensorgraph.errors import DTypeError, ShapeError
+from tensorgraph.errors import ShapeError
 from tensorgraph.ir.quantized import MODES
 from tensorgraph.runtime.quant_kernels import (
     QuantSpec,
     _pack,
     _unpack,
-    check_dtype,
     check_spec,
     dequantize,
     quantize,
@@ -119,5 +118,3 @@ def test_what_cannot_be_quantized_says_why() -> None:
     assert "int32 is not a float" in unquantizable((8, 64), np.int32, spec)
     with pytest.raises(ShapeError, match=r"shape \(8, 96\).*multiple of the group size"):
         quantize(np.zeros((8, 96), np.float32), spec)
-    with pytest.raises(DTypeError, match="int8"):
-        check_dtype(np.int8)
