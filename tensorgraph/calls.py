@@ -46,17 +46,18 @@ def new_state(
     layout: Mapping[str, int],
     size: int,
     backend: str,
+    initial: Mapping[str, np.ndarray] | None = None,
 ) -> State:
-    """A fresh State (every state zeros) of states `specs` (name -> (shape, dtype)) at
-    `layout` in a region of `size` bytes, for `backend` (RunError naming it when it is
-    not one of BACKENDS)."""
+    """A fresh State of states `specs` (name -> (shape, dtype)) at `layout` in a region
+    of `size` bytes, for `backend` (RunError naming it when it is not one of BACKENDS),
+    each state at its `initial` value (name -> host array) or zeros."""
     if backend not in BACKENDS:
         raise RunError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "mlx":
         from tensorgraph.codegen_mlx.state import MLXState
 
-        return MLXState(specs, layout, size, backend)
-    return State(specs, layout, size, backend)
+        return MLXState(specs, layout, size, backend, initial)
+    return State(specs, layout, size, backend, initial)
 
 
 def _facts(program: object) -> tuple:

@@ -124,22 +124,24 @@ class Program:
         return call(self, inputs, params, backend, state, options)
 
     def new_state(self, backend: str = "mlx") -> object:
-        """A fresh `State` (every state zeros) of this program for `backend`."""
+        """A fresh `State` of this program for `backend`: each state at its initial value
+        (`graph.state_values`) or zeros."""
         from tensorgraph.calls import new_state
         from tensorgraph.runtime.state import state_specs
 
-        specs = state_specs([self.graph])
-        return new_state(specs, self.plan.state_layout, self.plan.state_size, backend)
+        specs, plan = state_specs([self.graph]), self.plan
+        initial = self.graph.state_values
+        return new_state(specs, plan.state_layout, plan.state_size, backend, initial)
 
     def state(self, backend: str = "mlx") -> object:
         """The program's own `State` for `backend`: what `run` uses when given none,
-        kept across calls (zeros at first)."""
+        kept across calls (initial values or zeros at first)."""
         from tensorgraph.runtime.state import own_state
 
         return own_state(self, backend)
 
     def reset_state(self) -> None:
-        """Every state of the program's own States back to zeros."""
+        """Every state of the program's own States back to its initial value or zeros."""
         from tensorgraph.runtime.state import reset_own_states
 
         reset_own_states(self)
@@ -156,12 +158,14 @@ class Program:
 
         return format_program_report(self)
 
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, state: object | None = None) -> None:
         """Write the program to `path` (see `tensorgraph.program_io`); `tg.load` reads it
-        back exactly and runs it without recompiling."""
+        back exactly and runs it without recompiling. With `state` (a State of this
+        program), the loaded program's states start from its current values: a training
+        run resumes where it was saved."""
         from tensorgraph.program_io import save
 
-        save(self, path)
+        save(self, path, state)
 
     def __repr__(self) -> str:
         return (

@@ -148,21 +148,24 @@ class MultiProgram:
         return program.run(inputs, params, backend, state=state, **options)
 
     def new_state(self, backend: str = "mlx") -> object:
-        """A fresh `State` (zeros) holding every state of every entry, for `backend`."""
+        """A fresh `State` holding every state of every entry, for `backend`: each at
+        its initial value (the entries' `state_values`) or zeros."""
         from tensorgraph.calls import new_state
-        from tensorgraph.runtime.state import state_specs
+        from tensorgraph.runtime.state import state_initials, state_specs
 
-        specs = state_specs(p.graph for p in self.entries.values())
-        return new_state(specs, self.state_layout, self.state_size, backend)
+        graphs = [p.graph for p in self.entries.values()]
+        initial = state_initials(graphs)
+        return new_state(state_specs(graphs), self.state_layout, self.state_size, backend, initial)
 
     def state(self, backend: str = "mlx") -> object:
-        """This program's own State for `backend` (zeros at first, kept across calls)."""
+        """This program's own State for `backend` (initial values or zeros at first, kept
+        across calls)."""
         from tensorgraph.runtime.state import own_state
 
         return own_state(self, backend)
 
     def reset_state(self) -> None:
-        """Every state of this program's own States back to zeros."""
+        """Every state of this program's own States back to its initial value or zeros."""
         from tensorgraph.runtime.state import reset_own_states
 
         reset_own_states(self)
@@ -175,11 +178,13 @@ class MultiProgram:
 
         return format_multi_report(self)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write every entry, the shared weights once (see tensorgraph.program_io)."""
+    def save(self, path: str | os.PathLike, state: object | None = None) -> None:
+        """Write every entry, the shared weights once (see tensorgraph.program_io); with
+        `state` (a State of this program), the loaded program's states start from its
+        current values."""
         from tensorgraph.program_io import save
 
-        save(self, path)
+        save(self, path, state)
 
     def __repr__(self) -> str:
         return (

@@ -21,6 +21,13 @@
   file. Saving never overwrites a `.safetensors` file that tensorgraph did not write
   (a user's checkpoint of the same name): that is a SaveError naming it.
 
+States' initial values (`Graph.state_values`: a training step's weights and optimizer
+moments) are tensors of the weights file too, listed by each record under `states`;
+`save(program, path, state)` stores the current values of `state` (a State of the
+program, any backend) instead, for every state, so the loaded program starts where the
+saved one was: a training run saved after 3 steps and loaded runs step 4 exactly as the
+original would. A state stored this way is named `state:<name>` in the weights file.
+
 Loading rebuilds the program without recompiling (no pass, no schedule, no search):
 the graph is verified, liveness is recomputed from (graph, order, aliasing), which is
 cheap and deterministic, the stored offsets are laid over it, and `verify_plan` proves
@@ -75,25 +82,27 @@ def _jsonable(value: object) -> object:
     return value
 
 
-def _record(program: object, keys: dict[int, str], tensors: dict) -> dict[str, object]:
-    """The JSON record of one program; its bound params go to `tensors` (tensor name ->
-    array) once per array (`keys`: id(array) -> tensor name, shared across the records),
-    named by the first param bound to it."""
+def _record(
+    program: object, keys: dict[int, str], tensors: dict, current: dict[str, np.ndarray]
+) -> dict[str, object]:
+    """The JSON record of one program; its bound params and its states' initial values
+    (`current`'s where it has one) go to `tensors` (tensor name -> array) once per array
+    (`keys`: id(array) -> tensor name, shared across the records), named by the first
+    param or state bound to it."""
     from attrs import asdict
 
     graph = program.graph
     structure = Graph.from_nodes(
         graph.name, graph.nodes, graph.outputs, state_positions=graph.state_positions
     )
-    params = []
-    for name, value in sorted(graph.param_values.items()):
-        if id(value) not in keys:
-            key, count = name, 0
-            while key in tensors:  # the name holds another entry's array already
-                count += 1
-                key = f"{name}#{count}"
-            keys[id(value)], tensors[key] = key, value
-        params.append({"name": name, "tensor": keys[id(value)]})
+    initial = {n.name: current[n.name] for n in graph.states if n.name in current}
+    initial = {**graph.state_values, **initial}
+    params = [
+        _stored(name, value, keys, tensors) for name, value in sorted(graph.param_values.items())
+    ]
+    states = [
+        _stored(name, value, keys, tensors, "state:") for name, value in sorted(initial.items())
+    ]
     plan = program.plan
     return {
         "graph": json.loads(structure.to_json()),
@@ -110,23 +119,58 @@ def _record(program: object, keys: dict[int, str], tensors: dict) -> dict[str, o
             "state_size": plan.state_size,
         },
         "params": params,
+        "states": states,
     }
 
 
-def save(program: object, path: str | os.PathLike) -> None:
+def _stored(
+    name: str, value: np.ndarray, keys: dict[int, str], tensors: dict, prefix: str = ""
+) -> dict[str, str]:
+    """The entry {name, tensor} of one stored array, added to `tensors` once."""
+    if id(value) not in keys:
+        key, count = prefix + name, 0
+        while key in tensors:  # the name holds another entry's array already
+            count += 1
+            key = f"{prefix}{name}#{count}"
+        keys[id(value)], tensors[key] = key, value
+    return {"name": name, "tensor": keys[id(value)]}
+
+
+def _current(program: object, state: object | None) -> dict[str, np.ndarray]:
+    """name -> host copy of every state `state` holds (none when `state` is None);
+    SaveError unless it is a State holding every state of `program`."""
+    if state is None:
+        return {}
+    from tensorgraph.runtime.state import State
+
+    entries = getattr(program, "entries", None)
+    graphs = [p.graph for p in (entries.values() if entries is not None else [program])]
+    names = {n.name for g in graphs for n in g.states}
+    if not isinstance(state, State) or not names <= set(state.specs):
+        raise SaveError(
+            f"state must be a State holding the program's states ({', '.join(sorted(names))}) "
+            f"but got {state!r:.80}"
+        )
+    try:
+        return {name: state[name] for name in sorted(names)}
+    except TensorGraphError as err:
+        raise SaveError(f"cannot save the given State: {err}") from err
+
+
+def save(program: object, path: str | os.PathLike, state: object | None = None) -> None:
     """Write `program` (a Program or a MultiProgram) to `path` (see the module
-    docstring); SaveError naming the path when it is a folder, its folder is missing, or
-    the filesystem refuses it."""
+    docstring), with the current values of `state` as the states' initial values when
+    given; SaveError naming the path when it is a folder, its folder is missing, or the
+    filesystem refuses it, and naming the State when it is not one of the program's."""
     keys: dict[int, str] = {}
     tensors: dict[str, np.ndarray] = {}
+    current = _current(program, state)
     entries = getattr(program, "entries", None)
     if entries is None:
-        document = {"format": FORMAT, **_record(program, keys, tensors)}
+        document = {"format": FORMAT, **_record(program, keys, tensors, current)}
     else:
-        document = {
-            "format": FORMAT,
-            "entries": {name: _record(p, keys, tensors) for name, p in entries.items()},
-        }
+        records = {name: _record(p, keys, tensors, current) for name, p in entries.items()}
+        document = {"format": FORMAT, "entries": records}
     target = Path(path)
     check_target(target, "p.tgp")
     weights = target.with_suffix(".safetensors")
@@ -325,7 +369,10 @@ def _program(where: Path, weight: object, document: dict) -> object:
 
     graph = Graph.from_json(json.dumps(document["graph"]))
     values = {str(e["name"]): weight(e) for e in document["params"]}
-    graph = Graph.from_nodes(graph.name, graph.nodes, graph.outputs, values, graph.state_positions)
+    initial = {str(e["name"]): weight(e) for e in document.get("states", [])}
+    graph = Graph.from_nodes(
+        graph.name, graph.nodes, graph.outputs, values, graph.state_positions, initial
+    )
     verify(graph)
     order = tuple(_int(where, i, "an order entry") for i in document["order"])
     if order != tuple(n.id for n in graph.nodes):

@@ -7,13 +7,15 @@ are computed from the nodes. Bound param values (weights known at compile time) 
 with the graph.
 
 State: a `state` node is a persistent buffer (a KV cache) that a call reads as it was
-left by the previous call (zeros when fresh). `update_state(s, v)` says the call leaves
-`v` in it. The new value leaves the call like an output, so `update_state` appends `v`
-to `outputs` and records its position in `state_positions`: every pass, the scheduler
-and the liveness analysis keep it alive to the end exactly as they keep an output,
-with no code of their own. `returned` lists the outputs a run hands back (the others
-are committed to the state). Invariant: each state is updated at most once, by a value
-of its shape and dtype, and every position in `state_positions` names a state node.
+left by the previous call (when fresh: the initial value the graph carries for it in
+`state_values`, a trained weight's starting value, or zeros). `update_state(s, v)` says
+the call leaves `v` in it. The new value leaves the call like an output, so
+`update_state` appends `v` to `outputs` and records its position in `state_positions`:
+every pass, the scheduler and the liveness analysis keep it alive to the end exactly as
+they keep an output, with no code of their own. `returned` lists the outputs a run hands
+back (the others are committed to the state). Invariant: each state is updated at most
+once, by a value of its shape and dtype, and every position in `state_positions` names a
+state node.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Graph:
         self._names: dict[str, int] = {}
         self._state_positions: dict[str, int] = {}  # state name -> position in _outputs
         self.param_values: dict[str, np.ndarray] = {}
+        self.state_values: dict[str, np.ndarray] = {}  # state name -> initial value (else zeros)
         self._next_id = 0
 
     # ------------------------------------------------------------ reading
@@ -130,12 +133,8 @@ class Graph:
             and self._nodes == other._nodes
             and self._outputs == other._outputs
             and self._state_positions == other._state_positions
-            and self.param_values.keys() == other.param_values.keys()
-            and all(
-                self.param_values[k].dtype == other.param_values[k].dtype
-                and np.array_equal(self.param_values[k], other.param_values[k], equal_nan=True)
-                for k in self.param_values
-            )
+            and _same_values(self.param_values, other.param_values)
+            and _same_values(self.state_values, other.state_values)
         )
 
     __hash__ = None  # mutable
@@ -231,22 +230,36 @@ class Graph:
 
     def bind(self, name: str, value: np.ndarray) -> None:
         """Bind param `name` to `value` (its shape and dtype must match the declaration)."""
-        node = self._names.get(name)
-        if node is None or self._by_id[node].op != "param":
-            raise GraphError(f"graph {self.name!r} has no param named {name!r}")
-        param = self._by_id[node]
-        array = np.asarray(value)
-        if tuple(array.shape) != param.shape:
-            raise ShapeError(f"param {name!r}: value shape {array.shape} != {param.shape}")
-        if array.dtype != param.dtype.to_numpy():
-            raise DTypeError(f"param {name!r}: value dtype {array.dtype} != {param.dtype}")
-        self.param_values[name] = np.array(array, order="C")
+        self.param_values[name] = self._checked_value("param", name, value)
 
-    def state(self, name: str, shape: Iterable[int], dtype: DType | str = "float32") -> Tensor:
-        """A persistent buffer named `name` (a KV cache): a call reads the value the
-        previous call left (zeros when fresh); `update_state` sets what this call leaves."""
+    def _checked_value(self, op: str, name: str, value: np.ndarray) -> np.ndarray:
+        """A C-contiguous copy of `value` for the `op` node `name` (GraphError when there
+        is none; ShapeError/DTypeError naming it when the value does not fit)."""
+        node = self._names.get(name)
+        if node is None or self._by_id[node].op != op:
+            raise GraphError(f"graph {self.name!r} has no {op} named {name!r}")
+        declared = self._by_id[node]
+        array = np.asarray(value)
+        if tuple(array.shape) != declared.shape:
+            raise ShapeError(f"{op} {name!r}: value shape {array.shape} != {declared.shape}")
+        if array.dtype != declared.dtype.to_numpy():
+            raise DTypeError(f"{op} {name!r}: value dtype {array.dtype} != {declared.dtype}")
+        return np.array(array, order="C")
+
+    def state(
+        self,
+        name: str,
+        shape: Iterable[int],
+        dtype: DType | str = "float32",
+        value: np.ndarray | None = None,
+    ) -> Tensor:
+        """A persistent buffer named `name` (a KV cache, a trained weight): a call reads
+        the value the previous call left (when fresh: `value`, kept in `state_values`,
+        or zeros); `update_state` sets what this call leaves."""
         dtype = as_dtype(dtype)
         node = self.add("state", (), {"name": name, "shape": tuple(shape), "dtype": dtype.name})
+        if value is not None:
+            self.state_values[name] = self._checked_value("state", name, value)
         return self._tensor(node)
 
     def update_state(self, state: Tensor | str, value: Tensor) -> None:
@@ -309,10 +322,12 @@ class Graph:
         outputs: Iterable[int],
         param_values: Mapping[str, np.ndarray] | None = None,
         state_positions: Mapping[str, int] | None = None,
+        state_values: Mapping[str, np.ndarray] | None = None,
     ) -> Graph:
-        """A graph holding exactly `nodes` (in the given order), `outputs` and the state
-        updates at `state_positions` (name -> output position). Ids are kept; only
-        `verify` checks the result, so passes can be checked after the fact."""
+        """A graph holding exactly `nodes` (in the given order), `outputs`, the state
+        updates at `state_positions` (name -> output position) and the states' initial
+        values `state_values`. Ids are kept; only `verify` checks the result, so passes
+        can be checked after the fact."""
         graph = cls(name)
         for node in nodes:
             if node.id in graph._by_id:
@@ -323,15 +338,19 @@ class Graph:
         graph._outputs = list(outputs)
         graph.param_values = dict(param_values or {})
         graph._state_positions = dict(state_positions or {})
+        graph.state_values = dict(state_values or {})
         return graph
 
     def rebuilt(self, nodes: Iterable[Node], outputs: Iterable[int] | None = None) -> Graph:
         """A graph of `nodes` with this graph's name, outputs (or `outputs`, position for
-        position), state updates and the bound values of the params still present."""
+        position), state updates and the bound values of the params and the initial
+        values of the states still present."""
         nodes = list(nodes)
         outputs = self._outputs if outputs is None else list(outputs)
+        states = {n.name for n in nodes if n.op == "state"}
+        initial = {k: v for k, v in self.state_values.items() if k in states}
         return Graph.from_nodes(
-            self.name, nodes, outputs, self._live_params(nodes), self._state_positions
+            self.name, nodes, outputs, self._live_params(nodes), self._state_positions, initial
         )
 
     def replace_uses(self, mapping: Mapping[int, int]) -> Graph:
@@ -369,6 +388,12 @@ class Graph:
         from tensorgraph.ir.serialize import graph_from_json
 
         return graph_from_json(text)
+
+
+def _same_values(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k], equal_nan=True) for k in a
+    )
 
 
 def _evolve_inputs(node: Node, inputs: tuple[int, ...]) -> Node:

@@ -2,8 +2,9 @@
 
 Attribute values keep their Python types: ints stay ints, floats stay floats (JSON keeps
 the distinction and Python's float repr round-trips), tuples come back as tuples, and
-bytes (constant payloads) and bound param arrays travel as base64. `graph_from_json`
-verifies the result, so a corrupted text raises a GraphError rather than a broken graph.
+bytes (constant payloads), bound param arrays and initial state values travel as base64.
+`graph_from_json` verifies the result, so a corrupted text raises a GraphError rather
+than a broken graph.
 """
 
 from __future__ import annotations
@@ -53,14 +54,7 @@ def graph_to_json(graph: Graph) -> str:
         }
         for n in graph.nodes
     ]
-    params = {
-        name: {
-            "dtype": as_dtype(value.dtype).name,
-            "shape": list(value.shape),
-            "data": base64.b64encode(np.ascontiguousarray(value).tobytes()).decode("ascii"),
-        }
-        for name, value in graph.param_values.items()
-    }
+    params = {name: _encode_array(value) for name, value in graph.param_values.items()}
     document = {
         "format": FORMAT,
         "name": graph.name,
@@ -69,7 +63,22 @@ def graph_to_json(graph: Graph) -> str:
         "state_updates": graph.state_positions,
         "params": params,
     }
+    if graph.state_values:  # absent otherwise: graphs without them keep their old text
+        document["state_values"] = {k: _encode_array(v) for k, v in graph.state_values.items()}
     return json.dumps(document)
+
+
+def _encode_array(value: np.ndarray) -> dict:
+    return {
+        "dtype": as_dtype(value.dtype).name,
+        "shape": list(value.shape),
+        "data": base64.b64encode(np.ascontiguousarray(value).tobytes()).decode("ascii"),
+    }
+
+
+def _decode_array(p: dict) -> np.ndarray:
+    data = base64.b64decode(p["data"])
+    return np.frombuffer(data, dtype=as_dtype(p["dtype"]).to_numpy()).reshape(p["shape"]).copy()
 
 
 def _object(value: object, what: str) -> dict:
@@ -106,14 +115,18 @@ def graph_from_json(text: str) -> Graph:
             for n in document["nodes"]
         ]
         params = {
-            name: np.frombuffer(base64.b64decode(p["data"]), dtype=as_dtype(p["dtype"]).to_numpy())
-            .reshape(p["shape"])
-            .copy()
+            name: _decode_array(_object(p, f"param {name!r}"))
             for name, p in _object(document["params"], "params").items()
+        }
+        initial = {
+            name: _decode_array(_object(p, f"state value {name!r}"))
+            for name, p in _object(document.get("state_values", {}), "state_values").items()
         }
         updates = _object(document.get("state_updates", {}), "state_updates")
         positions = {str(k): int(v) for k, v in updates.items()}
-        graph = Graph.from_nodes(document["name"], nodes, document["outputs"], params, positions)
+        graph = Graph.from_nodes(
+            document["name"], nodes, document["outputs"], params, positions, initial
+        )
     except RecursionError as err:
         raise GraphError("malformed graph JSON: nested too deeply") from err
     except (KeyError, TypeError, ValueError, OverflowError) as err:

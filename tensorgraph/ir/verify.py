@@ -14,6 +14,7 @@ message carries the offending node's printed line):
 8. bound param values exist only for declared params and match their shape and dtype;
 9. every state update names a state node and sits at an output position, once, with a
    value of the state's shape and dtype;
+10. initial state values exist only for declared states and match their shape and dtype;
 
 The graph carries no memory decision: where a value's bytes live (a view of its input,
 an in-place write over an operand) is computed by the planner's alias analysis for a
@@ -86,6 +87,17 @@ def verify(graph: Graph) -> None:
                 ShapeError,
                 node,
                 f"param {name!r}: bound value {value.shape} {value.dtype} does not match",
+            )
+    states = {n.attr("name"): n for n in seen.values() if n.op == "state"}
+    for name, value in graph.state_values.items():  # invariant 10
+        if name not in states:
+            raise GraphError(f"graph {graph.name!r}: initial value for unknown state {name!r}")
+        node = states[name]
+        if tuple(value.shape) != node.shape or value.dtype != node.dtype.to_numpy():
+            _fail(
+                ShapeError,
+                node,
+                f"state {name!r}: initial value {value.shape} {value.dtype} does not match",
             )
 
 

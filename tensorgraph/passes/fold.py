@@ -159,5 +159,7 @@ def fold(graph: Graph) -> PassResult:
         return PassResult(graph, {"folded": 0, "dropped": 0})
     live_names = {n.name for n in kept if n.op == "param"}
     params = {k: v for k, v in values.items() if k in live_names}
-    result = Graph.from_nodes(graph.name, kept, graph.outputs, params, graph.state_positions)
+    result = Graph.from_nodes(
+        graph.name, kept, graph.outputs, params, graph.state_positions, graph.state_values
+    )
     return PassResult(result, {"folded": len(replaced), "dropped": len(graph) - len(kept)})

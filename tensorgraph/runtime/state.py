@@ -14,15 +14,17 @@ multi-entry program) for one backend, in that backend's form:
   oracle, never imports the backend it judges.
 
 Invariant: a call that raises leaves every state exactly as it was, on every backend.
-Every state starts as zeros. Before a call touches any state, `check_indices` proves
-on the host every position and index computed from inputs, constants and states alone
-through small values (a decode position, the token ids, a position counter kept in a
-state): one out of range is a RunError naming both numbers, and nothing is written to
-the state. What only the device can check (an index computed from a large value) is
-checked during the call; the MLX backend then keeps the states' old arrays until the
-call has succeeded (see codegen_mlx/state.py). A state whose value an unexpected
-failure destroyed anyway (MLX failing inside a call that had donated the state's
-buffer) is marked `lost`: reading it or running on it is a RunError until `reset()`.
+Every state starts as its initial value (`initial`, from the graphs' `state_values`: a
+trained weight starts from its param's value) or zeros, and `reset()` goes back to it.
+Before a call touches any state, `check_indices` proves on the host every position and
+index computed from inputs, constants and states alone through small values (a decode
+position, the token ids, a position counter kept in a state): one out of range is a
+RunError naming both numbers, and nothing is written to the state. What only the device
+can check (an index computed from a large value) is checked during the call; the MLX
+backend then keeps the states' old arrays until the call has succeeded (see
+codegen_mlx/state.py). A state whose value an unexpected failure destroyed anyway (MLX
+failing inside a call that had donated the state's buffer) is marked `lost`: reading it
+or running on it is a RunError until `reset()`.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ HOST_LIMIT = 1 << 12  # elements: bigger values are never evaluated on the host 
 
 class State:
     """The values of states `specs` (name -> (shape, dtype)) for `backend`, laid out
-    at `layout` (name -> byte offset) in a region of `size` bytes (see module doc).
+    at `layout` (name -> byte offset) in a region of `size` bytes (see module doc),
+    starting from `initial` (name -> host array; zeros for a state it lacks).
     `lost`: names of states a failed call destroyed (empty but for MLX's one case)."""
 
     BACKENDS: tuple[str, ...] = ("numpy", "arena")  # a subclass serves the others
@@ -67,6 +70,7 @@ class State:
         layout: Mapping[str, int],
         size: int,
         backend: str,
+        initial: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         if backend not in self.BACKENDS:
             known = ", ".join(self.BACKENDS)
@@ -75,6 +79,7 @@ class State:
         self.specs = dict(specs)
         self.layout = dict(layout)
         self.size = size
+        self.initial = {k: v for k, v in (initial or {}).items() if k in self.specs}
         self.reset()
 
     @property
@@ -82,14 +87,15 @@ class State:
         return tuple(sorted(self.specs))
 
     def reset(self) -> None:
-        """Every state back to zeros (a lost one included)."""
+        """Every state back to its initial value or zeros (a lost one included)."""
         self.lost: tuple[str, ...] = ()
         if self.backend == "arena":
             self.region = np.zeros(self.size, np.uint8)
             self.values: dict[str, object] = {}
-            return
-        self.region = None
-        self.values = {n: self.zeros(s, d) for n, (s, d) in self.specs.items()}
+        else:
+            self.region = None
+            self.values = {n: self.zeros(s, d) for n, (s, d) in self.specs.items()}
+        self.assign(self.initial)
 
     def zeros(self, shape: tuple[int, ...], dtype: np.dtype) -> object:
         """A zero value of one state in this backend's form."""
@@ -177,6 +183,23 @@ def reset_own_states(owner: object) -> None:
 def state_specs(graphs: Iterable[Graph]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """name -> (shape, NumPy dtype) of every state the graphs declare."""
     return {n.name: (n.shape, n.dtype.to_numpy()) for g in graphs for n in g.states}
+
+
+def state_initials(graphs: Iterable[Graph]) -> dict[str, np.ndarray]:
+    """name -> initial value of every state the graphs give one (`Graph.state_values`).
+    RunError naming the state when two graphs give one state different values."""
+    initial: dict[str, np.ndarray] = {}
+    for graph in graphs:
+        for name, value in graph.state_values.items():
+            known = initial.setdefault(name, value)
+            if known is not value and not (
+                known.dtype == value.dtype and np.array_equal(known, value, equal_nan=True)
+            ):
+                raise RunError(
+                    f"state {name!r} has two different initial values (graph {graph.name!r} "
+                    "gives another than an earlier entry)"
+                )
+    return initial
 
 
 def check_state(
