@@ -9,6 +9,7 @@ prog = tg.compile(g)
 outs = prog.run({"x": x_np}, params={"w1": w_np}, backend="mlx")
 """
 
+from tensorgraph import optim
 from tensorgraph.compiler import DEFAULT_PASSES, Program, compile
 from tensorgraph.errors import (
     DTypeError,
@@ -27,6 +28,7 @@ from tensorgraph.passes.quantize import quantize
 from tensorgraph.passes.quantize_states import quantize_states
 from tensorgraph.passes.to_dtype import to_dtype
 from tensorgraph.runtime.state import State
+from tensorgraph.training import train_step, train_step_from_gradients
 from tensorgraph.weights_io import load_weights, save_weights
 
 __version__ = "0.1.0"
