@@ -17,6 +17,15 @@ makes them share:
   would be compiled alone, so the shared arena is never larger than the largest
   entry's own.
 
+- the trained weights: a param of one entry named like a state of another (an
+  inference graph beside its training step, `tg.compile({"infer": g, "train": step})`)
+  becomes a read-only state of its entry (`weights_as_states`), so the entry reads the
+  state region's bytes where the step updates them: the weights live once, at one offset
+  for all entries, and a model trained through one entry serves the other with no copy.
+  The param must have the state's shape and dtype, and a value it binds must equal the
+  state's initial value (else a GraphError naming both); it can no longer be fed as a
+  param at run time.
+
 Backends learn what an entry shares from `planner.sharing.shared_of(entry)` (a `Shared`): the
 MLX backend converts each shared weight once per device for all entries, and lets an
 entry's segments use the shared arena (memory the program holds anyway) instead of
@@ -227,9 +236,61 @@ def compile_entries(graphs: Mapping[str, Graph], **options: object) -> MultiProg
     for name, graph in graphs.items():
         if not isinstance(name, str) or not isinstance(graph, Graph):
             raise GraphError(f"entry {name!r}: expected a name and a Graph, got {graph!r}")
+    graphs = weights_as_states(graphs)
     alignment = options.get("alignment", 64)
     valid = isinstance(alignment, int) and not isinstance(alignment, bool) and alignment >= 1
     # a bad alignment is compile's PlanError, raised by the first entry's compile below
     states = state_layout(list(graphs.values()), alignment if valid else 1)
     entries = {name: compile_one(g, states=states, **options) for name, g in graphs.items()}
     return MultiProgram.assemble(entries)
+
+
+def weights_as_states(graphs: Mapping[str, Graph]) -> dict[str, Graph]:
+    """`graphs` with every param named like a state of another entry made that state
+    (same node id, name, shape and dtype; read, never updated, by its entry), carrying
+    the state's initial value; the other graphs as they are. GraphError naming the entry
+    and the weight when the param's shape or dtype differs from the state's, or the
+    value it binds differs from the state's initial value (zeros when it has none), or
+    two entries start one state from different values."""
+    from tensorgraph.ir.node import Node
+    from tensorgraph.runtime.state import state_initials
+
+    states = {n.name: (entry, n) for entry, g in graphs.items() for n in g.states}
+    try:
+        initial = state_initials(graphs.values())
+    except RunError as err:
+        raise GraphError(str(err)) from err
+    result = dict(graphs)
+    for entry, graph in graphs.items():
+        shared = [n for n in graph.params if n.name in states]
+        if not shared:
+            continue
+        for param in shared:
+            owner, state = states[param.name]
+            if (param.shape, param.dtype) != (state.shape, state.dtype):
+                raise GraphError(
+                    f"entry {entry!r}: param {param.name!r} ({param.shape} {param.dtype}) "
+                    f"cannot read state {param.name!r} of entry {owner!r} ({state.shape} "
+                    f"{state.dtype})"
+                )
+            bound = graph.param_values.get(param.name)
+            start = initial.get(param.name, np.zeros(state.shape, state.dtype.to_numpy()))
+            if bound is not None and not np.array_equal(bound, start, equal_nan=True):
+                raise GraphError(
+                    f"entry {entry!r}: param {param.name!r} is bound to other values than "
+                    f"the initial value of state {param.name!r} of entry {owner!r}"
+                )
+        names = {n.name for n in shared}
+        nodes = [
+            Node(n.id, "state", (), n.attrs, n.shape, n.dtype) if n.name in names else n
+            for n in graph.nodes
+        ]
+        result[entry] = Graph.from_nodes(
+            graph.name,
+            nodes,
+            graph.outputs,
+            {k: v for k, v in graph.param_values.items() if k not in names},
+            graph.state_positions,
+            {**graph.state_values, **{k: initial[k] for k in names if k in initial}},
+        )
+    return result
