@@ -177,7 +177,7 @@ def _rewrite(
             dequantized[o] = _dequantized(new, graph.node(o), quantized[o], options)
         outputs.append(dequantized[o] if o in quantized else ids[o])
     result = Graph.from_nodes(
-        graph.name, new.nodes, outputs, new.param_values, graph.state_positions
+        graph.name, new.nodes, outputs, new.param_values, graph.state_positions, graph.state_values
     )
     return dce(result).graph, tied
 

@@ -43,6 +43,8 @@ def _reason(graph: Graph, state: Node, group_size: int) -> str | None:
     """Why `state` cannot be quantized (None when it can)."""
     if not state.dtype.is_float:
         return f"dtype {state.dtype} is not a float"
+    if state.name in graph.state_values:  # a trained weight, not a cache
+        return "it starts from an initial value, not zeros"
     if not state.shape or state.shape[-1] % group_size:
         return f"last axis of {state.shape} is not a multiple of the group size {group_size}"
     users = graph.users()
@@ -112,7 +114,9 @@ def quantize_graph_states(graph: Graph, bits: int = 8, group_size: int = 64) -> 
             if node.op == "param" and node.name in graph.param_values:
                 new.param_values[node.name] = graph.param_values[node.name]
     outputs, positions = _outputs(graph, ids, parts, floats, new, options)
-    result = Graph.from_nodes(graph.name, new.nodes, outputs, new.param_values, positions)
+    result = Graph.from_nodes(  # only kept states have initial values (see _reason)
+        graph.name, new.nodes, outputs, new.param_values, positions, graph.state_values
+    )
     return PassResult(result, {"quantized": len(chosen), "kept": kept})
 
 

@@ -135,8 +135,12 @@ def convert(
         if value.dtype != declared[name]:
             outputs[position] = new.add("cast", (value.id,), {"dtype": declared[name].name}).id
             counts["downcasts"] += 1
+    initial = {  # a state's initial value in the state's new dtype
+        name: np.asarray(value).astype(declared[name].to_numpy())
+        for name, value in graph.state_values.items()
+    }
     result = Graph.from_nodes(
-        graph.name, new.nodes, outputs, new.param_values, graph.state_positions
+        graph.name, new.nodes, outputs, new.param_values, graph.state_positions, initial
     )
     return PassResult(result, counts)
 

@@ -73,3 +73,26 @@ def test_save_keeps_initial_values_and_a_given_states_values(tmp_path):
     assert [float(loaded.run(ones, backend="numpy")[0]) for _ in range(2)] == [4.0, 2.0]
     with pytest.raises(tg.SaveError, match="state must be a State"):
         program.save(tmp_path / "bad.tgp", state={"w": np.zeros(4, np.float32)})
+
+
+def test_to_dtype_converts_initial_values_with_their_states():
+    g = decaying()
+    g.state_values["w"] = np.array([0.1, 1.0, 2.0, 3.0], np.float32)
+    half = tg.to_dtype(g, tg.bfloat16)
+    value = half.state_values["w"]
+    assert value.dtype == tg.bfloat16.to_numpy()
+    np.testing.assert_array_equal(value, g.state_values["w"].astype(value.dtype))
+
+
+def test_quantize_and_quantize_states_keep_initial_values():
+    g = tg.Graph("keep")
+    x = g.input("x", (2, 64), tg.float32)
+    w = g.param("w", (64, 64), tg.float32, value=np.ones((64, 64), np.float32))
+    h = g.state("h", (2, 64), tg.float32, value=np.full((2, 64), 3.0, np.float32))
+    g.output(tg.sum(x @ w + h))
+    g.update_state(h, h + x)
+    quantized = tg.quantize(g, bits=4, group_size=64)
+    np.testing.assert_array_equal(quantized.state_values["h"], g.state_values["h"])
+    kept = tg.quantize_states(g, bits=8, group_size=64)
+    assert {n.name: n.dtype for n in kept.states} == {"h": tg.float32}
+    np.testing.assert_array_equal(kept.state_values["h"], g.state_values["h"])
