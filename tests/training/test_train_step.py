@@ -179,3 +179,35 @@ def test_bad_gradient_graphs_are_named():
     g.output(tg.argmax(w), w)
     with pytest.raises(tg.DTypeError, match=r"the loss %\d+ argmax is \w+, not float"):
         tg.train_step_from_gradients(g, sgd)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("optimizer", ["sgd-momentum", "adam-corrected", "adamw"])
+def test_half_precision_weights_update_as_mlx_optimizers_do(optimizer, dtype):
+    """Weights and gradients in a half type: every constant and cast where MLX puts it
+    (the learning rate rounded to float32 then to the weight's dtype, the bias
+    correction in float32 cast back), so the weights equal MLX's bit for bit."""
+    import mlx.core as mx
+
+    from tests.training.reference import mlx_optimizer
+
+    kind, hyper = OPTIMIZERS[optimizer]
+    half, mx_half = getattr(tg, dtype), getattr(mx, dtype)
+    rng = np.random.default_rng(3)
+    start = rng.standard_normal((4, 8)).astype(np.float32).astype(half.to_numpy())
+    g = tg.Graph("half")
+    w = g.param("w", (4, 8), half, value=start)
+    g.output(tg.sum(tg.astype(w, tg.float32)), g.input("g", (4, 8), half))
+    program = tg.compile(tg.train_step_from_gradients(g, getattr(tg.optim, kind)(**hyper)))
+
+    def to_mx(array: np.ndarray) -> mx.array:  # MLX takes no NumPy bfloat16: via float32
+        return mx.array(array.astype(np.float32)).astype(mx_half)
+
+    mlx_optim, params = mlx_optimizer(kind, hyper), {"w": to_mx(start)}
+    for _ in range(4):
+        grad = (0.1 + rng.random((4, 8))).astype(np.float32).astype(half.to_numpy())
+        program.run({"g": grad}, backend="numpy")
+        params = mlx_optim.apply_gradients({"w": to_mx(grad)}, params)
+    assert params["w"].dtype == mx_half
+    expected = np.array(params["w"].astype(mx.float32)).astype(half.to_numpy())
+    assert program.state("numpy")["w"].tobytes() == expected.tobytes()
