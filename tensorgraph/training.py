@@ -26,7 +26,7 @@ is not a float scalar (DTypeError/ShapeError); a `wrt` name that is not a param 
 graph, or repeated; a number of gradients other than `wrt`'s; a gradient of another
 shape or dtype than its param (ShapeError/DTypeError); a trained param with no bound
 value (a weight needs a starting value); a state name the step would declare that the
-graph already uses.
+graph already uses; a gradient graph that updates states of its own.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError
-from tensorgraph.ir.api import astype, float32, int32
+from tensorgraph.ir.api import Tensor, astype, float32, int32
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.verify import verify
@@ -45,7 +45,9 @@ STEP_STATE = "optimizer.step"  # the step counter's state name
 __all__ = ["STEP_STATE", "train_step", "train_step_from_gradients"]
 
 
-def train_step(graph: Graph, *, optimizer: Optimizer, wrt: Sequence[str] | None = None) -> Graph:
+def train_step(
+    graph: Graph, *, optimizer: Optimizer, wrt: Sequence[str] | str | None = None
+) -> Graph:
     """The training step of `graph` (its single output a float scalar loss) for
     `optimizer`, training the params `wrt` (None: every param, in graph order): see the
     module docstring. The gradients come from `tg.value_and_grad`."""
@@ -55,7 +57,7 @@ def train_step(graph: Graph, *, optimizer: Optimizer, wrt: Sequence[str] | None 
 
 
 def train_step_from_gradients(
-    grad_graph: Graph, optimizer: Optimizer, wrt: Sequence[str] | None = None
+    grad_graph: Graph, optimizer: Optimizer, wrt: Sequence[str] | str | None = None
 ) -> Graph:
     """The step graph of `grad_graph` (returned outputs: the loss, then the gradient of
     each param of `wrt`, None meaning every param in graph order) for `optimizer`; see
@@ -64,8 +66,16 @@ def train_step_from_gradients(
         raise GraphError(
             f"optimizer must be a tg.optim optimizer (SGD, Adam, AdamW) but got {optimizer!r}"
         )
+    if grad_graph.state_positions:  # its returned outputs would not be [loss, grads]
+        raise GraphError(
+            f"graph {grad_graph.name!r} updates states "
+            f"({', '.join(grad_graph.state_positions)}); a training step of it is not supported"
+        )
     params = {n.name: n for n in grad_graph.params}
-    names = [n.name for n in grad_graph.params] if wrt is None else list(wrt)
+    if wrt is None:
+        names = [n.name for n in grad_graph.params]
+    else:
+        names = [wrt] if isinstance(wrt, str) else list(wrt)
     _check_wrt(grad_graph, names, params)
     returned = [grad_graph.node(i) for i in grad_graph.returned]
     if len(returned) != len(names) + 1:
@@ -82,11 +92,6 @@ def train_step_from_gradients(
         Node(n.id, "state", (), n.attrs, n.shape, n.dtype) if n.name in trained else n
         for n in grad_graph.nodes
     ]
-    if grad_graph.state_positions:  # the graph's own state updates keep their values
-        raise GraphError(
-            f"graph {grad_graph.name!r} updates states "
-            f"({', '.join(grad_graph.state_positions)}); a training step of it is not supported"
-        )
     step = Graph.from_nodes(
         f"{grad_graph.name}_step",
         nodes,
@@ -142,8 +147,6 @@ def _check_gradient(param: Node, grad: Node) -> None:
 def _emit_updates(step: Graph, optimizer: Optimizer, names: list[str], grads: list[Node]) -> None:
     """Append the optimizer's update of every trained param to `step` (its weights
     already states): the moments and counter as states, each new value as its update."""
-    from tensorgraph.ir.tensor import Tensor
-
     weights = {n.name: n.id for n in step.states}
     count = None
     if optimizer.needs_step:

@@ -211,3 +211,24 @@ def test_half_precision_weights_update_as_mlx_optimizers_do(optimizer, dtype):
     assert params["w"].dtype == mx_half
     expected = np.array(params["w"].astype(mx.float32)).astype(half.to_numpy())
     assert program.state("numpy")["w"].tobytes() == expected.tobytes()
+
+
+def test_wrt_may_be_one_name_and_a_taken_state_name_or_a_state_update_is_named():
+    made = least_squares()
+    one = tg.Graph.from_nodes(
+        "w_only", made.graph.nodes, made.graph.outputs[:2], made.graph.param_values
+    )
+    step = tg.train_step_from_gradients(one, tg.optim.SGD(0.1, momentum=0.9), wrt="w")
+    assert {n.name for n in step.states} == {"w", "w.v"}
+    g = tg.Graph("taken")
+    w = g.param("w", (3,), value=np.ones(3, np.float32))
+    g.output(tg.sum(w * g.input("w.m", (3,))), w)
+    with pytest.raises(tg.GraphError, match=r"duplicate name 'w\.m'"):
+        tg.train_step_from_gradients(g, tg.optim.Adam(0.1))
+    g = tg.Graph("stateful")
+    w = g.param("w", (3,), value=np.ones(3, np.float32))
+    count = g.state("count", (), tg.int32)
+    g.update_state(count, count + 1)
+    g.output(tg.sum(w), w)
+    with pytest.raises(tg.GraphError, match=r"updates states \(count\)"):
+        tg.train_step_from_gradients(g, tg.optim.SGD(0.1))
