@@ -26,7 +26,8 @@ moments) are tensors of the weights file too, listed by each record under `state
 `save(program, path, state)` stores the current values of `state` (a State of the
 program, any backend) instead, for every state, so the loaded program starts where the
 saved one was: a training run saved after 3 steps and loaded runs step 4 exactly as the
-original would. A state stored this way is named `state:<name>` in the weights file.
+original would. A state's value is the tensor `state:<name>` of the weights file (unless
+it is the very array of a param stored already: a weight is stored once).
 
 Loading rebuilds the program without recompiling (no pass, no schedule, no search):
 the graph is verified, liveness is recomputed from (graph, order, aliasing), which is
@@ -141,17 +142,19 @@ def _current(program: object, state: object | None) -> dict[str, np.ndarray]:
     SaveError unless it is a State holding every state of `program`."""
     if state is None:
         return {}
-    from tensorgraph.runtime.state import State
+    from tensorgraph.runtime.state import State, check_state
 
     entries = getattr(program, "entries", None)
     graphs = [p.graph for p in (entries.values() if entries is not None else [program])]
     names = {n.name for g in graphs for n in g.states}
-    if not isinstance(state, State) or not names <= set(state.specs):
+    if not isinstance(state, State):
         raise SaveError(
             f"state must be a State holding the program's states ({', '.join(sorted(names))}) "
             f"but got {state!r:.80}"
         )
     try:
+        for graph in graphs:  # each state of the declared shape and dtype
+            check_state(state, state.backend, graph)
         return {name: state[name] for name in sorted(names)}
     except TensorGraphError as err:
         raise SaveError(f"cannot save the given State: {err}") from err

@@ -73,6 +73,12 @@ def test_save_keeps_initial_values_and_a_given_states_values(tmp_path):
     assert [float(loaded.run(ones, backend="numpy")[0]) for _ in range(2)] == [4.0, 2.0]
     with pytest.raises(tg.SaveError, match="state must be a State"):
         program.save(tmp_path / "bad.tgp", state={"w": np.zeros(4, np.float32)})
+    other = tg.Graph("other")
+    other.state("w", (5,), tg.float32)
+    other.output(other.input("x", (1,)))
+    foreign = tg.compile(other).new_state("numpy")
+    with pytest.raises(tg.SaveError, match=r"state 'w' \(\(4,\) float32\) is not in the given"):
+        program.save(tmp_path / "bad.tgp", state=foreign)
 
 
 def test_to_dtype_converts_initial_values_with_their_states():
