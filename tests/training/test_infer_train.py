@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tensorgraph as tg
+from tensorgraph.planner.report import copied_states
 from tests.training.reference import least_squares
 
 N, D, K = 8, 3, 2
@@ -60,6 +61,8 @@ def test_the_weights_live_once():
     )
     # the state region holds the weights, moments and counter once, each 64-aligned
     assert weights + moments + 4 <= multi.state_size <= weights + moments + 4 + 7 * 63
+    # every new weight, moment and count is written in place into its state's bytes
+    assert copied_states(multi.entries["train"].plan, train) == []
     for entry in multi.entries.values():  # no weight is in the constant segment
         assert not entry.graph.params
         assert all(n.shape == () for n in entry.graph.boundary("constant"))  # the scalars
