@@ -8,11 +8,14 @@ import functools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tensorgraph as tg
 from tensorgraph.runtime.state import HOST_LIMIT
 from tensorgraph.training import STEP_STATE
 from tests.training.reference import least_squares, logistic, mlx_train, numpy_train
+from tests.training.strategies import hyperparameters
 
 STEPS = 5
 OPTIMIZERS = {
@@ -232,3 +235,23 @@ def test_wrt_may_be_one_name_and_a_taken_state_name_or_a_state_update_is_named()
     g.output(tg.sum(w), w)
     with pytest.raises(tg.GraphError, match=r"updates states \(count\)"):
         tg.train_step_from_gradients(g, tg.optim.SGD(0.1))
+
+
+@pytest.mark.slow  # about 2 s an example (a compile each); the fixed cases above run in CI
+@settings(max_examples=12)
+@given(hyperparameters(), st.sampled_from(sorted(PROBLEMS)))
+def test_any_optimizer_step_runs_the_same_on_the_arena_as_the_reference(chosen, problem):
+    """For random hyperparameters: 3 steps on the arena equal the reference interpreter
+    bit for bit (losses, weights, moments, counter), and MLX within float32."""
+    kind, hyper = chosen
+    made = PROBLEMS[problem]()
+    step = tg.train_step_from_gradients(made.graph, getattr(tg.optim, kind)(**hyper))
+    program = tg.compile(step)
+    losses, state = train(program, made.feeds, "numpy", steps=3)
+    arena_losses, arena_state = train(program, made.feeds, "arena", steps=3)
+    mlx_losses, mlx_state = train(program, made.feeds, "mlx", steps=3)
+    assert [v.tobytes() for v in arena_losses] == [v.tobytes() for v in losses]
+    for name in state.names:
+        assert arena_state[name].tobytes() == state[name].tobytes(), name
+        np.testing.assert_allclose(mlx_state[name], state[name], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.array(mlx_losses), np.array(losses), rtol=1e-5)
