@@ -13,13 +13,14 @@ those builtins.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 
-import numpy as np
-
-from tensorgraph.errors import GraphError
+from tensorgraph.errors import GraphError, ShapeError
+from tensorgraph.ir.dims import extent_or_int, is_static
 from tensorgraph.ir.dtypes import DType, as_dtype, int64, promote_types
+from tensorgraph.ir.node import describe
 from tensorgraph.ir.shapes import normalize_axes, normalize_axis, resolve_reshape
 from tensorgraph.ir.tensor import Tensor, TensorLike, emit, to_operands
 
@@ -280,8 +281,13 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
 
 
 def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
-    """A view of `x` with `shape` (one -1 allowed); no copy, storage is contiguous."""
-    return emit("reshape", [x], shape=resolve_reshape(x.shape, tuple(shape)))
+    """A view of `x` with `shape` (one -1 allowed); no copy, storage is contiguous.
+    Errors resolving the -1 name `x` (`reshape of %3 mul: ...`)."""
+    try:
+        resolved = resolve_reshape(x.shape, tuple(shape))
+    except (ShapeError, GraphError) as err:
+        raise type(err)(f"reshape of {describe(x.node)}: {err}") from err
+    return emit("reshape", [x], shape=resolved)
 
 
 def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
@@ -311,11 +317,13 @@ def astype(x: Tensor, dtype: DType | str) -> Tensor:
 
 
 def narrow(x: Tensor, axis: int, start: int, length: int) -> Tensor:
-    """`length` entries from `start` along `axis` (a free view along axis 0)."""
+    """`length` entries from `start` along `axis` (a free view along axis 0). `start` and
+    `length` may be `tg.Dim` extents; a negative int start counts from the axis end."""
     axis = normalize_axis(axis, x.ndim)
-    if start < 0:
+    start, length = extent_or_int(start, "narrow start"), extent_or_int(length, "narrow length")
+    if is_static(start) and start < 0:
         start += x.shape[axis]
-    return emit("narrow", [x], axis=axis, start=int(start), length=int(length))
+    return emit("narrow", [x], axis=axis, start=start, length=length)
 
 
 def expand_dims(x: Tensor, axis: int | Sequence[int]) -> Tensor:
@@ -343,12 +351,13 @@ def flatten(x: Tensor, start_axis: int = 0, end_axis: int = -1) -> Tensor:
     if x.ndim == 0:
         return reshape(x, (1,))
     start, end = normalize_axis(start_axis, x.ndim), normalize_axis(end_axis, x.ndim)
-    inner = int(np.prod(x.shape[start : end + 1], dtype=np.int64))
+    inner = math.prod(x.shape[start : end + 1])
     return reshape(x, (*x.shape[:start], inner, *x.shape[end + 1 :]))
 
 
 def broadcast_to(x: TensorLike, shape: Sequence[int]) -> Tensor:
-    return emit("broadcast_to", to_operands(x), shape=tuple(int(d) for d in shape))
+    shape = tuple(extent_or_int(d, "broadcast_to shape") for d in shape)
+    return emit("broadcast_to", to_operands(x), shape=shape)
 
 
 def concatenate(xs: Sequence[Tensor], axis: int = 0) -> Tensor:

@@ -14,6 +14,11 @@ and the liveness analysis keep it alive to the end exactly as they keep an outpu
 with no code of their own. `returned` lists the outputs a run hands back (the others
 are committed to the state). Invariant: each state is updated at most once, by a value
 of its shape and dtype, and every position in `state_positions` names a state node.
+
+Symbolic dimensions: shapes and size-like attributes may hold `tg.Dim` extents
+(`ir.dims`). `dims` lists the graph's Dims by name; one name means one Dim (a second
+Dim of that name with another range is a GraphError). `specialize(seq=40)` gives the
+static graph at those values.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import sympy
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError, TensorGraphError
+from tensorgraph.ir.dims import Dim, canonical_shape, dims_in
 from tensorgraph.ir.dtypes import DType, as_dtype
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import Operand, complete_attrs, get_op
@@ -56,6 +63,7 @@ class Graph:
         self._names: dict[str, int] = {}
         self._state_positions: dict[str, int] = {}  # state name -> position in _outputs
         self.param_values: dict[str, np.ndarray] = {}
+        self._dims: dict[str, Dim] = {}  # the Dims in node shapes and attributes, by name
         self._next_id = 0
 
     # ------------------------------------------------------------ reading
@@ -85,6 +93,12 @@ class Graph:
         """Ids of the outputs a run hands back: `outputs` less the state updates."""
         updates = set(self._state_positions.values())
         return tuple(o for k, o in enumerate(self._outputs) if k not in updates)
+
+    @property
+    def dims(self) -> dict[str, Dim]:
+        """The `tg.Dim`s in this graph's shapes and attributes, by name (empty when every
+        shape is static)."""
+        return dict(self._dims)
 
     @property
     def states(self) -> list[Node]:
@@ -188,8 +202,19 @@ class Graph:
         full = complete_attrs(opdef, attrs or {}, who)
         try:
             shape, dtype = opdef.infer(operands, full)
-        except (ShapeError, DTypeError) as err:
+        except (ShapeError, DTypeError, GraphError) as err:
             raise type(err)(f"{who}: {err}") from err
+        except TypeError as err:
+            # A rule not written for Dim extents compared one (sympy cannot decide it):
+            # refused by name rather than assumed.
+            if not dims_in(*(o.shape for o in operands), *full.values()):
+                raise
+            shapes = ", ".join(str(o) for o in operands)
+            raise GraphError(
+                f"{who}: {op}'s shape rule cannot compare Dim extents ({err}): {shapes}"
+            ) from err
+        if not all(type(d) is int for d in shape):
+            shape = canonical_shape(shape)
         node = Node(node_id, op, inputs, full, shape, dtype)
         name = node.name
         if name and opdef.boundary:
@@ -200,6 +225,14 @@ class Graph:
         return node
 
     def _append(self, node: Node) -> None:
+        if type(node.nbytes) is not int or any(_symbolic_attr(v) for _, v in node.attrs):
+            for dim in dims_in(node.shape, *(v for _, v in node.attrs)):
+                known = self._dims.setdefault(dim.name, dim)
+                if known is not dim:
+                    raise GraphError(
+                        f"{describe(node)}: Dim {dim.describe()} beside the graph's Dim "
+                        f"{known.describe()} of the same name"
+                    )
         self._nodes.append(node)
         self._by_id[node.id] = node
         self._next_id = max(self._next_id, node.id + 1)
@@ -355,6 +388,13 @@ class Graph:
         names = {n.name for n in nodes if n.op == "param"}
         return {k: v for k, v in self.param_values.items() if k in names}
 
+    def specialize(self, **values: int) -> Graph:
+        """This graph with each named Dim replaced by its int value (`seq=40`); see
+        `tensorgraph.ir.specialize.specialize` for the contract and errors."""
+        from tensorgraph.ir.specialize import specialize
+
+        return specialize(self, **values)
+
     # ------------------------------------------------------------ serialisation
 
     def to_json(self) -> str:
@@ -369,6 +409,13 @@ class Graph:
         from tensorgraph.ir.serialize import graph_from_json
 
         return graph_from_json(text)
+
+
+def _symbolic_attr(value: object) -> bool:
+    """True for a Dim expression, or a tuple holding one (a symbolic shape attribute)."""
+    if type(value) is tuple:
+        return any(isinstance(v, sympy.Basic) for v in value)
+    return isinstance(value, sympy.Basic)
 
 
 def _evolve_inputs(node: Node, inputs: tuple[int, ...]) -> Node:

@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import sympy
 from attrs import field, frozen
 
 from tensorgraph.errors import GraphError
+from tensorgraph.ir.dims import Dim, canonical
 from tensorgraph.ir.dtypes import DTYPES, DType
 from tensorgraph.ir.shapes import Shape, numel
 
@@ -44,7 +46,10 @@ class Operand:
 
 @frozen
 class AttrSpec:
-    """One attribute: its kind (int, ints, float, scalar, bool, str, dtype, bytes) and default."""
+    """One attribute: its kind and default. Kinds: int, ints, float, scalar, bool, str,
+    dtype, bytes, and the size-like kinds that may hold `tg.Dim` expressions: extent (an
+    int or an integer expression of Dims), extents (a tuple of them) and bound (a float
+    or an extent: arange's start and stop)."""
 
     kind: str
     default: object = REQUIRED
@@ -113,8 +118,21 @@ def get_op(name: str) -> OpDef:
 
 # ---------------------------------------------------------------- attribute checks
 
+
+def _is_dim_expr(value: object) -> bool:
+    """An integer sympy expression whose symbols are all Dims (a symbolic extent)."""
+    return (
+        isinstance(value, sympy.Expr)
+        and value.is_integer is True
+        and all(isinstance(s, Dim) for s in value.free_symbols)
+    )
+
+
 _KIND_CHECKS: dict[str, Callable[[object], bool]] = {
     "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "extent": lambda v: _KIND_CHECKS["int"](v) or _is_dim_expr(v),
+    "extents": lambda v: isinstance(v, tuple) and all(_KIND_CHECKS["extent"](x) for x in v),
+    "bound": lambda v: _KIND_CHECKS["float"](v) or _is_dim_expr(v),
     "ints": lambda v: isinstance(v, tuple) and all(_KIND_CHECKS["int"](x) for x in v),
     "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
     "scalar": lambda v: isinstance(v, int | float | bool),
@@ -123,6 +141,16 @@ _KIND_CHECKS: dict[str, Callable[[object], bool]] = {
     "dtype": lambda v: isinstance(v, str) and v in DTYPES,
     "bytes": lambda v: isinstance(v, bytes),
 }
+
+
+_SYMBOLIC_KINDS = frozenset({"extent", "extents", "bound"})
+
+
+def _canonical_extents(value: object) -> object:
+    """Dim expressions in canonical form (equal extents, equal attributes); ints as given."""
+    if isinstance(value, tuple):
+        return tuple(_canonical_extents(v) for v in value)
+    return canonical(value) if isinstance(value, sympy.Expr) else value
 
 
 def complete_attrs(op: OpDef, attrs: Mapping[str, object], who: str) -> dict[str, object]:
@@ -140,6 +168,8 @@ def complete_attrs(op: OpDef, attrs: Mapping[str, object], who: str) -> dict[str
             value = tuple(value)
         if not _KIND_CHECKS[spec.kind](value):
             raise GraphError(f"{who}: attribute {name!r} must be {spec.kind} but got {value!r}")
+        if spec.kind in _SYMBOLIC_KINDS:
+            value = _canonical_extents(value)
         result[name] = value
     return result
 

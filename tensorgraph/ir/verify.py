@@ -14,6 +14,8 @@ message carries the offending node's printed line):
 8. bound param values exist only for declared params and match their shape and dtype;
 9. every state update names a state node and sits at an output position, once, with a
    value of the state's shape and dtype;
+10. `tg.Dim` extents are canonical (shapes compare after `dims.canonical`), and one
+   name means one Dim across the graph's shapes and attributes;
 
 The graph carries no memory decision: where a value's bytes live (a view of its input,
 an in-place write over an operand) is computed by the planner's alias analysis for a
@@ -23,6 +25,7 @@ chosen order, so no attribute can claim it (4. rejects any attribute outside the
 from __future__ import annotations
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError
+from tensorgraph.ir.dims import canonical, dims_in
 from tensorgraph.ir.graph import Graph, label
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS, Operand, complete_attrs
@@ -37,6 +40,7 @@ def verify(graph: Graph) -> None:
     """Raise on the first broken invariant (see module docstring); return None if sound."""
     seen: dict[int, Node] = {}
     names: dict[str, int] = {}
+    dims: dict[str, object] = {}
     for node in graph.nodes:
         who = f"%{node.id} {node.op}"
         if node.id in seen:
@@ -57,9 +61,13 @@ def verify(graph: Graph) -> None:
         operands = [Operand(label(seen[i]), seen[i].shape, seen[i].dtype) for i in node.inputs]
         try:
             shape, dtype = opdef.infer(operands, attrs)
-        except (ShapeError, DTypeError) as err:
+        except (ShapeError, DTypeError, GraphError) as err:
             _fail(type(err), node, f"{who}: {err}")
-        if tuple(shape) != node.shape:
+        shape = tuple(d if type(d) is int else canonical(d) for d in shape)
+        for dim in dims_in(node.shape, *attrs.values()):
+            if dims.setdefault(dim.name, dim) is not dim:
+                _fail(GraphError, node, f"{who}: two Dims named {dim.name!r}")
+        if shape != node.shape:
             _fail(ShapeError, node, f"{who}: shape {node.shape} but inference gives {shape}")
         if dtype != node.dtype:
             _fail(DTypeError, node, f"{who}: dtype {node.dtype} but inference gives {dtype}")
