@@ -15,12 +15,15 @@ dims in their ranges, False when it holds for none of them, None when the ranges
 decide it. Inference turns None into a GraphError (`undecided`) naming the condition and
 the ranges; nothing is assumed.
 
-Ranges (`dim_range`) come from interval arithmetic over the expression tree (sums,
-products, integer powers, floor, ceiling, Mod by a constant, Max, Min): sound (every
-value the expression takes lies in the interval) and exact when each dim occurs once in
-the expression, since each bound is then reached at an end of the dims' ranges. An
-expression with a repeated dim (`seq*seq - seq`) may get a wider interval, so a decision
-can only be conservative (None where a tighter analysis might say True), never wrong.
+Ranges (`dim_range`) are exact whenever the dims of an expression take at most 2**20
+value combinations together (a length up to 2048 and a second dim up to 512, say): the
+expression is evaluated at every one of them, vectorised by NumPy, which decides
+`seq - seq // 2 - 1 >= 0` where intervals cannot. Larger ranges fall back to interval
+arithmetic over the expression tree (sums, products, integer powers, floor, ceiling, Mod
+by a constant, Max, Min): sound (every value lies in the interval) and exact when each
+dim occurs once, since each bound is then reached at an end of the dims' ranges; with a
+repeated dim (`seq*seq - seq`) the interval may be wider, so a decision can only be
+conservative (None where the exact range would say True), never wrong.
 
 Text form (`to_text`, `from_text`): sympy's printed form, parsed back by sympy after a
 token check that admits only integers, operators, the graph's dim names and the five
@@ -35,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from functools import lru_cache
 
+import numpy as np
 import sympy
 from sympy.core.cache import cacheit
 from sympy.parsing.sympy_parser import auto_number, parse_expr
@@ -232,11 +236,29 @@ def _interval(expr: sympy.Expr) -> tuple[Fraction, Fraction]:
     raise GraphError(f"extent {expr} uses {type(expr).__name__}, which has no range rule")
 
 
+EXHAUSTIVE = 1 << 20  # the most value combinations `dim_range` evaluates one by one
+
+
+def interval_range(expr: sympy.Expr) -> tuple[int, int]:
+    """The integer bounds of `expr`'s interval (interval arithmetic, see the module
+    docstring): sound for any range, exact when each dim occurs once."""
+    low, high = _interval(expr)
+    return -((-low.numerator) // low.denominator), high.numerator // high.denominator
+
+
 @lru_cache(maxsize=4096)
 def _range(expr: sympy.Expr) -> tuple[int, int]:
-    low, high = _interval(expr)
-    # extents are integers: the integer bounds inside the interval
-    return -((-low.numerator) // low.denominator), high.numerator // high.denominator
+    dims = sorted(dims_in(expr), key=lambda d: d.name)
+    points = 1
+    for d in dims:
+        points *= d.max - d.min + 1
+    if not dims or points > EXHAUSTIVE:
+        return interval_range(expr)
+    grids = np.meshgrid(
+        *(np.arange(d.min, d.max + 1, dtype=np.int64) for d in dims), indexing="ij", sparse=True
+    )
+    values = np.asarray(sympy.lambdify(dims, expr, "numpy")(*grids))
+    return int(np.min(values)), int(np.max(values))
 
 
 def dim_range(value: Extent) -> tuple[int, int]:

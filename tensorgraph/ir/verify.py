@@ -41,6 +41,7 @@ def verify(graph: Graph) -> None:
     seen: dict[int, Node] = {}
     names: dict[str, int] = {}
     dims: dict[str, object] = {}
+    symbolic = bool(graph.dims)  # a static graph has no Dim to check (the common case)
     for node in graph.nodes:
         who = f"%{node.id} {node.op}"
         if node.id in seen:
@@ -64,7 +65,7 @@ def verify(graph: Graph) -> None:
         except (ShapeError, DTypeError, GraphError) as err:
             _fail(type(err), node, f"{who}: {err}")
         shape = tuple(d if type(d) is int else canonical(d) for d in shape)
-        for dim in dims_in(node.shape, *attrs.values()):
+        for dim in dims_in(node.shape, *attrs.values()) if symbolic else ():
             if dims.setdefault(dim.name, dim) is not dim:
                 _fail(GraphError, node, f"{who}: two Dims named {dim.name!r}")
         if shape != node.shape:

@@ -276,3 +276,33 @@ def test_the_zoo_llama_over_a_symbolic_length_is_the_zoo_llama_at_each_length() 
     np.testing.assert_array_equal(
         run_reference(g, {"tokens": ids})[0], run_reference(static, {"tokens": ids})[0]
     )
+
+
+@pytest.mark.parametrize(
+    ("index", "expected"),
+    [
+        (lambda s: np.s_[1:], lambda n: np.s_[1:]),
+        (lambda s: np.s_[:, 1:3], lambda n: np.s_[:, 1:3]),
+        (lambda s: np.s_[-1], lambda n: np.s_[-1]),
+        (lambda s: np.s_[None, -2:, 0], lambda n: np.s_[None, -2:, 0]),
+        (lambda s: np.s_[: s - 1], lambda n: np.s_[: n - 1]),
+        (lambda s: np.s_[s // 2], lambda n: np.s_[n // 2]),
+        (lambda s: np.s_[...], lambda n: np.s_[...]),
+    ],
+)
+def test_basic_indexing_over_a_dim_axis_follows_numpy(index: object, expected: object) -> None:
+    seq = tg.Dim("seq", min=2, max=40)
+    g = tg.Graph("index")
+    x = g.input("x", (seq, 4), tg.float32)
+    g.output(x[index(seq)])
+    for length in (2, 5, 40):
+        value = np.arange(length * 4, dtype=np.float32).reshape(length, 4)
+        np.testing.assert_array_equal(run_reference(g, {"x": value})[0], value[expected(length)])
+
+
+def test_indexing_a_dim_axis_refuses_strides_and_slices_past_it() -> None:
+    _, (x,) = _graph((SEQ, 4))
+    with pytest.raises(tg.GraphError, match=r"slice of step 2 along axis 0 of extent seq"):
+        _ = x[::2]
+    with pytest.raises(tg.GraphError, match=r"narrow: 5 <= seq does not hold"):
+        _ = x[:5]
