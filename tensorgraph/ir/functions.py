@@ -17,6 +17,8 @@ import math
 import operator
 from collections.abc import Sequence
 
+import sympy
+
 from tensorgraph.errors import GraphError, ShapeError
 from tensorgraph.ir.dims import extent_or_int, is_static
 from tensorgraph.ir.dtypes import DType, as_dtype, int64, promote_types
@@ -396,9 +398,9 @@ def slice_update(target: Tensor, update: Tensor, axis: int, start: int | Tensor)
     """A copy of `target` with `update` written at `start` along `axis` (functional; the
     reinplace pass makes it write into `target` when that buffer dies here).
 
-    `update` has `target`'s rank and extents except along `axis`. `start` is an int
-    (fixed when the graph is built: start + update rows must fit, a ShapeError names
-    both otherwise) or an int32/int64 scalar Tensor of shape () or (1,), a run-time
+    `update` has `target`'s rank and extents except along `axis`. `start` is an int or
+    a `tg.Dim` extent (fixed when the graph is built: start + update rows must fit, a
+    ShapeError names both otherwise) or an int32/int64 scalar Tensor of shape () or (1,), a run-time
     position (a decode step's): it becomes the node's third operand and its `start`
     attribute is 0. Every backend then checks 0 <= start and start + rows <= extent
     before writing anything, a RunError naming the start, the row count and the axis
@@ -407,7 +409,7 @@ def slice_update(target: Tensor, update: Tensor, axis: int, start: int | Tensor)
     if isinstance(start, Tensor):
         return emit("slice_update", [target, update, start], axis=axis, start=0)
     try:
-        position = operator.index(start)
+        position = extent_or_int(start) if isinstance(start, sympy.Basic) else operator.index(start)
     except TypeError as err:
         raise GraphError(
             f"slice_update: start must be an int or an integer scalar Tensor but got {start!r}"

@@ -306,3 +306,21 @@ def test_indexing_a_dim_axis_refuses_strides_and_slices_past_it() -> None:
         _ = x[::2]
     with pytest.raises(tg.GraphError, match=r"narrow: 5 <= seq does not hold"):
         _ = x[:5]
+
+
+def test_gather_slice_update_and_attention_decide_on_extents() -> None:
+    g, (x, target) = _graph((SEQ, 4), (16, 4))
+    indices = g.input("i", (SEQ, 2), tg.int32)
+    assert tg.gather(x, indices, axis=1).shape == (SEQ, 2)
+    with pytest.raises(tg.GraphError, match=r"gather: axis 0 of i_kv \(kv, 2\) fits"):
+        tg.gather(x, g.input("i_kv", (KV, 2), tg.int32), axis=1)
+    assert tg.slice_update(target, x, 0, 16 - SEQ).shape == (16, 4)  # seq <= 9 < 16
+    long = tg.Dim("long", min=1, max=32)
+    with pytest.raises(tg.GraphError, match=r"fits x1 \(16, 4\) \(long <= 16\) does not hold"):
+        tg.slice_update(target, g.input("u", (long, 4)), 0, g.constant(0))
+    with pytest.raises(tg.GraphError, match=r"head dim seq .* pass scale"):
+        q = g.input("q", (1, 1, 4, SEQ))
+        tg.scaled_dot_product_attention(q, q, q)
+    q = g.input("q2", (1, 2, SEQ, 8))
+    k = g.input("k", (1, 2, KV, 8))
+    assert tg.scaled_dot_product_attention(q, k, k).shape == (1, 2, SEQ, 8)
