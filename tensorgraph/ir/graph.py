@@ -228,7 +228,7 @@ class Graph:
         if type(node.nbytes) is not int or any(_symbolic_attr(v) for _, v in node.attrs):
             for dim in dims_in(node.shape, *(v for _, v in node.attrs)):
                 known = self._dims.setdefault(dim.name, dim)
-                if known is not dim:
+                if known != dim:
                     raise GraphError(
                         f"{describe(node)}: Dim {dim.describe()} beside the graph's Dim "
                         f"{known.describe()} of the same name"

@@ -37,7 +37,9 @@ class Node:
     shape: tuple[int, ...] = field(converter=tuple)
     dtype: DType
     # Bytes of the dense row-major tensor this node produces: derived, computed once
-    # (the planner reads it hundreds of thousands of times per compile).
+    # (the planner reads it hundreds of thousands of times per compile). An expression
+    # of the shape's `tg.Dim`s when the shape holds one (`type(nbytes) is int` is the
+    # cheap test for a static shape).
     nbytes: int = field(init=False, eq=False, repr=False)
 
     @nbytes.default

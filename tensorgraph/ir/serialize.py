@@ -60,7 +60,7 @@ def _read_dims(entries: object) -> dict[str, Dim]:
     for entry in entries:
         entry = _object(entry, "a dim")
         dim = Dim(entry["name"], entry["min"], entry["max"])
-        if dims.setdefault(dim.name, dim) is not dim:
+        if dims.setdefault(dim.name, dim) != dim:
             raise GraphError(f"malformed graph JSON: dim {dim.name!r} is listed twice")
     return dims
 

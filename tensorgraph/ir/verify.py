@@ -66,7 +66,7 @@ def verify(graph: Graph) -> None:
             _fail(type(err), node, f"{who}: {err}")
         shape = tuple(d if type(d) is int else canonical(d) for d in shape)
         for dim in dims_in(node.shape, *attrs.values()) if symbolic else ():
-            if dims.setdefault(dim.name, dim) is not dim:
+            if dims.setdefault(dim.name, dim) != dim:
                 _fail(GraphError, node, f"{who}: two Dims named {dim.name!r}")
         if shape != node.shape:
             _fail(ShapeError, node, f"{who}: shape {node.shape} but inference gives {shape}")
