@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import sympy
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError, TensorGraphError
 from tensorgraph.ir.dims import Dim, canonical_shape, dims_in
@@ -213,9 +212,9 @@ class Graph:
             raise GraphError(
                 f"{who}: {op}'s shape rule cannot compare Dim extents ({err}): {shapes}"
             ) from err
-        if not all(type(d) is int for d in shape):
-            shape = canonical_shape(shape)
         node = Node(node_id, op, inputs, full, shape, dtype)
+        if node.symbolic:  # extents in canonical form: equal extents make equal nodes
+            node = Node(node_id, op, inputs, full, canonical_shape(shape), dtype)
         name = node.name
         if name and opdef.boundary:
             if name in self._names:
@@ -225,7 +224,7 @@ class Graph:
         return node
 
     def _append(self, node: Node) -> None:
-        if type(node.nbytes) is not int or any(_symbolic_attr(v) for _, v in node.attrs):
+        if node.symbolic:
             for dim in dims_in(node.shape, *(v for _, v in node.attrs)):
                 known = self._dims.setdefault(dim.name, dim)
                 if known != dim:
@@ -409,13 +408,6 @@ class Graph:
         from tensorgraph.ir.serialize import graph_from_json
 
         return graph_from_json(text)
-
-
-def _symbolic_attr(value: object) -> bool:
-    """True for a Dim expression, or a tuple holding one (a symbolic shape attribute)."""
-    if type(value) is tuple:
-        return any(isinstance(v, sympy.Basic) for v in value)
-    return isinstance(value, sympy.Basic)
 
 
 def _evolve_inputs(node: Node, inputs: tuple[int, ...]) -> Node:

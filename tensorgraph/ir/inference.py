@@ -129,15 +129,16 @@ def infer_matmul(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
             raise ShapeError(f"matmul needs operands of rank >= 1 but {x.label} is a scalar")
     a_shape = (1, *a.shape) if len(a.shape) == 1 else a.shape
     b_shape = (*b.shape, 1) if len(b.shape) == 1 else b.shape
-    inner = always(a_shape[-1], "==", b_shape[-2])
-    if inner is None:
-        raise undecided(
-            f"inner dims {a_shape[-1]} == {b_shape[-2]} of {a.label} @ {b.label}",
-            a_shape[-1],
-            b_shape[-2],
-        )
-    if not inner:
-        raise ShapeError(f"inner dims differ: {a.label} {a.shape} @ {b.label} {b.shape}")
+    if a_shape[-1] != b_shape[-2]:  # different ints, or extents not identical
+        inner = always(a_shape[-1], "==", b_shape[-2])
+        if inner is None:
+            raise undecided(
+                f"inner dims {a_shape[-1]} == {b_shape[-2]} of {a.label} @ {b.label}",
+                a_shape[-1],
+                b_shape[-2],
+            )
+        if not inner:
+            raise ShapeError(f"inner dims differ: {a.label} {a.shape} @ {b.label} {b.shape}")
     try:
         batch = broadcast_shapes(a_shape[:-2], b_shape[:-2])
     except ShapeError:
@@ -252,11 +253,16 @@ def infer_transpose(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType
 def infer_reshape(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     (x,) = xs
     shape = attrs["shape"]
+    count, target = numel(x.shape), numel(shape)
+    if type(count) is int and type(target) is int:  # static: the int rule
+        if any(d < 0 for d in shape) or target != count:
+            raise ShapeError(f"cannot reshape {x.label} {x.shape} to {shape}")
+        return shape, x.dtype
     error = ShapeError(f"cannot reshape {x.label} {x.shape} to {shape}")
     for d in shape:
         require(d, ">=", 0, error)
-    count = canonical(numel(x.shape))
-    require(canonical(numel(shape)), "==", count, error, f"{x} has {count} elements to {shape}")
+    count = canonical(count)
+    require(canonical(target), "==", count, error, f"{x} has {count} elements to {shape}")
     return shape, x.dtype
 
 
@@ -268,12 +274,17 @@ def infer_narrow(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     (x,) = xs
     axis, start, length = attrs["axis"], attrs["start"], attrs["length"]
     _check_axes(x, (axis,))
+    extent = x.shape[axis]
     error = ShapeError(
         f"narrow [{start}, {start + length}) is outside axis {axis} of {x.label} {x.shape}"
     )
-    require(start, ">=", 0, error)
-    require(length, ">=", 0, error)
-    require(start + length, "<=", x.shape[axis], error)
+    if type(start) is int and type(length) is int and type(extent) is int:
+        if start < 0 or length < 0 or start + length > extent:
+            raise error
+    else:
+        require(start, ">=", 0, error)
+        require(length, ">=", 0, error)
+        require(start + length, "<=", extent, error)
     return tuple(length if i == axis else d for i, d in enumerate(x.shape)), x.dtype
 
 
@@ -419,8 +430,7 @@ def _symbolic_count(start: object, stop: object, step: object) -> object:
 
 
 def infer_full(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    for d in attrs["shape"]:
-        require(d, ">=", 0, ShapeError(f"full: negative dim in {attrs['shape']}"))
+    _check_sizes(attrs["shape"], "full: ")
     return attrs["shape"], as_dtype(attrs["dtype"])
 
 
@@ -432,9 +442,15 @@ def infer_broadcast_to(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DT
     return shape, x.dtype
 
 
+def _check_sizes(shape: Shape, prefix: str) -> None:
+    """ShapeError for an entry below 0 for every value, `undecided` for some."""
+    if any(type(d) is not int or d < 0 for d in shape):
+        for d in shape:
+            require(d, ">=", 0, ShapeError(f"{prefix}negative dim in {shape}"))
+
+
 def infer_boundary(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    for d in attrs["shape"]:
-        require(d, ">=", 0, ShapeError(f"negative dim in {attrs['shape']}"))
+    _check_sizes(attrs["shape"], "")
     dtype = as_dtype(attrs["dtype"])
     if "value" in attrs and len(attrs["value"]) != numel(attrs["shape"]) * dtype.itemsize:
         raise ShapeError(f"constant payload of {len(attrs['value'])} bytes for {attrs['shape']}")

@@ -131,7 +131,9 @@ def _is_dim_expr(value: object) -> bool:
 _KIND_CHECKS: dict[str, Callable[[object], bool]] = {
     "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "extent": lambda v: _KIND_CHECKS["int"](v) or _is_dim_expr(v),
-    "extents": lambda v: isinstance(v, tuple) and all(_KIND_CHECKS["extent"](x) for x in v),
+    "extents": lambda v: (
+        isinstance(v, tuple) and all(type(x) is int or _KIND_CHECKS["extent"](x) for x in v)
+    ),
     "bound": lambda v: _KIND_CHECKS["float"](v) or _is_dim_expr(v),
     "ints": lambda v: isinstance(v, tuple) and all(_KIND_CHECKS["int"](x) for x in v),
     "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
@@ -148,14 +150,20 @@ _SYMBOLIC_KINDS = frozenset({"extent", "extents", "bound"})
 
 def _canonical_extents(value: object) -> object:
     """Dim expressions in canonical form (equal extents, equal attributes); ints as given."""
-    if isinstance(value, tuple):
+    if type(value) is tuple:
+        if all(type(v) is int for v in value):  # a static shape: nothing to canonicalise
+            return value
         return tuple(_canonical_extents(v) for v in value)
     return canonical(value) if isinstance(value, sympy.Expr) else value
 
 
-def complete_attrs(op: OpDef, attrs: Mapping[str, object], who: str) -> dict[str, object]:
+def complete_attrs(
+    op: OpDef, attrs: Mapping[str, object], who: str, symbolic: bool = True
+) -> dict[str, object]:
     """`attrs` checked against the op's schema with defaults filled in (GraphError names
-    `who`, the attribute and the expected kind)."""
+    `who`, the attribute and the expected kind), Dim expressions in canonical form.
+    `symbolic=False` says no attribute holds a Dim (a static node: the verifier's case),
+    which skips looking for expressions to canonicalise."""
     unknown = set(attrs) - set(op.attrs)
     if unknown:
         raise GraphError(f"{who}: unknown attribute(s) {sorted(unknown)} for op {op.name!r}")
@@ -168,7 +176,7 @@ def complete_attrs(op: OpDef, attrs: Mapping[str, object], who: str) -> dict[str
             value = tuple(value)
         if not _KIND_CHECKS[spec.kind](value):
             raise GraphError(f"{who}: attribute {name!r} must be {spec.kind} but got {value!r}")
-        if spec.kind in _SYMBOLIC_KINDS:
+        if symbolic and spec.kind in _SYMBOLIC_KINDS:
             value = _canonical_extents(value)
         result[name] = value
     return result

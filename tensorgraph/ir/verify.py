@@ -41,7 +41,6 @@ def verify(graph: Graph) -> None:
     seen: dict[int, Node] = {}
     names: dict[str, int] = {}
     dims: dict[str, object] = {}
-    symbolic = bool(graph.dims)  # a static graph has no Dim to check (the common case)
     for node in graph.nodes:
         who = f"%{node.id} {node.op}"
         if node.id in seen:
@@ -57,18 +56,19 @@ def verify(graph: Graph) -> None:
                 where = "a later node (order or cycle)" if i in graph else "no node (dangling)"
                 _fail(GraphError, node, f"{who}: input %{i} is {where}")
         attrs = node.attr_dict
-        if complete_attrs(opdef, attrs, who) != attrs:
+        if complete_attrs(opdef, attrs, who, node.symbolic) != attrs:
             _fail(GraphError, node, f"{who}: attributes {attrs} do not match the op's schema")
         operands = [Operand(label(seen[i]), seen[i].shape, seen[i].dtype) for i in node.inputs]
         try:
             shape, dtype = opdef.infer(operands, attrs)
         except (ShapeError, DTypeError, GraphError) as err:
             _fail(type(err), node, f"{who}: {err}")
-        shape = tuple(d if type(d) is int else canonical(d) for d in shape)
-        for dim in dims_in(node.shape, *attrs.values()) if symbolic else ():
-            if dims.setdefault(dim.name, dim) != dim:
-                _fail(GraphError, node, f"{who}: two Dims named {dim.name!r}")
-        if shape != node.shape:
+        if node.symbolic:
+            shape = tuple(d if type(d) is int else canonical(d) for d in shape)
+            for dim in dims_in(node.shape, *attrs.values()):
+                if dims.setdefault(dim.name, dim) != dim:
+                    _fail(GraphError, node, f"{who}: two Dims named {dim.name!r}")
+        if tuple(shape) != node.shape:
             _fail(ShapeError, node, f"{who}: shape {node.shape} but inference gives {shape}")
         if dtype != node.dtype:
             _fail(DTypeError, node, f"{who}: dtype {node.dtype} but inference gives {dtype}")
