@@ -363,12 +363,22 @@ def compile(
     `states` is the state region's (layout, size) when compiling an entry of a
     multi-entry program (None: this graph's own states); `verify_plan` proves its
     states aligned, inside the region and disjoint.
-    Raises GraphError on an unknown pass or an invalid graph, PlanError on a bad option
-    or a plan that fails verification."""
+    Raises GraphError on an unknown pass or an invalid graph, PlanError on a bad option,
+    a plan that fails verification, or a graph with `tg.Dim`s (the parametric plan is a
+    later step: `tg.specialize` gives the graph at one length)."""
     from tensorgraph.planner.plan import plan_memory
     from tensorgraph.planner.schedule import reorder
     from tensorgraph.planner.schedule import schedule as choose_order
 
+    for entry in graph.values() if isinstance(graph, Mapping) else (graph,):
+        if isinstance(entry, Graph) and entry.dims:
+            dims = ", ".join(d.describe() for d in entry.dims.values())
+            raise PlanError(
+                f"graph {entry.name!r} has symbolic dims ({dims}): symbolic shapes are planned "
+                "by the parametric plan, not yet built; compile tg.specialize(graph, "
+                f"{next(iter(entry.dims))}=...) for one length, or run the symbolic graph on "
+                "the reference interpreter (tensorgraph.runtime.run_reference)"
+            )
     if isinstance(graph, Mapping):
         from tensorgraph.multi import compile_entries
 

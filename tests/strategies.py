@@ -302,3 +302,177 @@ def samplers(draw: st.DrawFn) -> object:
         min_p=draw(st.just(0.0) | st.floats(0.01, 0.5, allow_nan=False)),
         seed=draw(st.integers(0, 2**16)),
     )
+
+
+# ---------------------------------------------------------------- symbolic dimensions
+
+# The dims of symbolic graphs: small ranges, so tests can sample many lengths (and
+# brute-force whole ranges); seq >= 2 leaves room for a narrow that drops an element.
+DIMS = (tg.Dim("seq", min=2, max=9), tg.Dim("kv", min=1, max=6))
+Template = tuple[int, int, int]  # (a, b, c): the extent a*seq + b*kv + c
+
+
+def extent(template: Template, sizes: tuple[object, object]) -> object:
+    """The extent `template` stands for, with `sizes` the dims (Dims or ints)."""
+    a, b, c = template
+    return a * sizes[0] + b * sizes[1] + c
+
+
+def _smallest(template: Template) -> int:
+    return template[0] * DIMS[0].min + template[1] * DIMS[1].min + template[2]
+
+
+class _Choices:
+    """The draw function of one symbolic build: `record` draws and remembers each value,
+    `replay` hands the remembered values back in order, so a second build with ints in
+    place of the Dims makes the same choices (they depend on templates only)."""
+
+    def __init__(self, draw: st.DrawFn | None, values: list | None = None) -> None:
+        self.draw, self.values, self.position = draw, values if values is not None else [], 0
+
+    def __call__(self, strategy: st.SearchStrategy) -> object:
+        if self.draw is not None:
+            self.values.append(self.draw(strategy))
+            return self.values[-1]
+        self.position += 1
+        return self.values[self.position - 1]
+
+
+def _symbolic_step(choose: _Choices, g: tg.Graph, live: list, sizes: tuple) -> tuple:
+    """One random op on `live` ((tensor, templates) pairs) of a symbolic build: returns
+    the new pair. Every extent stays >= 1 for every value of the dims."""
+    x, shape = live[choose(st.integers(0, len(live) - 1))]
+    rank = len(shape)
+    axis = choose(st.integers(0, rank - 1))
+    kind = choose(st.integers(0, 13))
+    if kind == 0:
+        return choose(st.sampled_from(SAFE_UNARY))(x), shape
+    if kind == 1:  # broadcasting binary with a new input, some axes of size 1
+        partner = tuple((0, 0, 1) if choose(st.booleans()) else t for t in shape)
+        other = g.input(f"b{len(g)}", [extent(t, sizes) for t in partner], tg.float32)
+        op = choose(st.sampled_from((tg.add, tg.subtract, tg.multiply, tg.maximum)))
+        return (op(x, other), shape) if choose(st.booleans()) else (op(other, x), shape)
+    if kind == 2:
+        keep = choose(st.booleans()) or rank == 1  # no rank-0 results: every op takes an axis
+        op = choose(st.sampled_from((tg.sum, tg.mean, tg.max)))
+        reduced = tuple((0, 0, 1) if i == axis else t for i, t in enumerate(shape))
+        return op(x, axis, keepdims=keep), reduced if keep else shape[:axis] + shape[axis + 1 :]
+    if kind == 3:
+        return tg.softmax(x, axis), shape
+    if kind == 4:
+        perm = choose(st.permutations(range(rank)))
+        return tg.transpose(x, perm), tuple(shape[p] for p in perm)
+    if (
+        kind == 5
+        and axis + 1 < rank
+        and (shape[axis][:2] == (0, 0) or shape[axis + 1][:2] == (0, 0))
+    ):
+        (a, b, c), (d, e, f) = shape[axis], shape[axis + 1]
+        merged = (a * f + d * c, b * f + e * c, c * f)  # one of them is a constant
+        target = [*shape[:axis], merged, *shape[axis + 2 :]]
+        extents = [
+            -1 if i == axis and choose(st.booleans()) else extent(t, sizes)
+            for i, t in enumerate(target)
+        ]
+        return tg.reshape(x, extents), tuple(target)
+    if kind == 6:  # split an axis whose coefficients a factor divides
+        factor = choose(st.sampled_from((2, 3)))
+        if all(v % factor == 0 for v in shape[axis]) and _smallest(shape[axis]) >= factor:
+            part = tuple(v // factor for v in shape[axis])
+            target = [*shape[:axis], part, (0, 0, factor), *shape[axis + 1 :]]
+            extents = [extent(t, sizes) for t in target]
+            if choose(st.booleans()):
+                extents[axis] = -1
+            return tg.reshape(x, extents), tuple(target)
+    if kind == 7:
+        same = [
+            (t, s)
+            for t, s in live
+            if len(s) == rank and all(s[i] == shape[i] for i in range(rank) if i != axis)
+        ]
+        y, other = same[choose(st.integers(0, len(same) - 1))]
+        joined = tuple(u + v for u, v in zip(shape[axis], other[axis], strict=True))
+        return tg.concatenate([x, y], axis), (*shape[:axis], joined, *shape[axis + 1 :])
+    if kind == 8:
+        start, cut = choose(st.integers(0, 1)), choose(st.integers(0, 1))
+        if _smallest(shape[axis]) - start - cut >= 1:
+            a, b, c = shape[axis]
+            part = (a, b, c - start - cut)
+            return tg.narrow(x, axis, start, extent(part, sizes)), (
+                *shape[:axis],
+                part,
+                *shape[axis + 1 :],
+            )
+    if kind == 9 and rank >= 2:
+        if choose(st.booleans()):
+            w = g.param(f"w{len(g)}", (extent(shape[-1], sizes), 3), tg.float32)
+            return tg.tanh(x @ w), (*shape[:-1], (0, 0, 3))
+        return tg.tanh(x @ tg.swapaxes(x, -1, -2)), (*shape[:-1], shape[-2])
+    if kind == 10:  # generators of an extent: arange (through take) and full
+        positions = tg.remainder(tg.arange(g, extent(shape[axis], sizes)), 5)
+        table = g.param(f"t{len(g)}", (5, 2), tg.float32)
+        if choose(st.booleans()):
+            return tg.take(table, positions, 0), (shape[axis], (0, 0, 2))
+        return tg.full(g, [extent(t, sizes) for t in shape], 0.5) * x, shape
+    if kind == 11:
+        lo, hi = choose(st.integers(0, 2)), choose(st.integers(0, 2))
+        pads = [(lo, hi) if i == axis else (0, 0) for i in range(rank)]
+        a, b, c = shape[axis]
+        return tg.pad(x, pads, 0.25), (*shape[:axis], (a, b, c + lo + hi), *shape[axis + 1 :])
+    if kind == 12:  # a summed axis of size 1 broadcast back to one of the live extents
+        target = live[choose(st.integers(0, len(live) - 1))][1][0]
+        summed = tg.sum(x, axis, keepdims=True)
+        wanted = tuple(target if i == axis else t for i, t in enumerate(shape))
+        return tg.broadcast_to(summed, [extent(t, sizes) for t in wanted]), wanted
+    if (
+        kind == 13
+        and rank >= 2
+        and shape[-1][:2] == (0, 0)
+        and sum(t[:2] != (0, 0) for t in shape[:-1]) <= 1
+    ):
+        rows = (0, 0, 1)
+        for t in shape[:-1]:
+            rows = (
+                rows[0] * t[2] + t[0] * rows[2],
+                rows[1] * t[2] + t[1] * rows[2],
+                rows[2] * t[2],
+            )
+        q = tg.reshape(x, (1, 1, extent(rows, sizes), extent(shape[-1], sizes)))
+        mask = "causal" if choose(st.booleans()) else None
+        out = tg.scaled_dot_product_attention(q, q, q, mask=mask)
+        return tg.reshape(out, [extent(t, sizes) for t in shape]), shape
+    return tg.negative(x), shape
+
+
+def build_symbolic(choose: _Choices, sizes: tuple[object, object], max_ops: int) -> tg.Graph:
+    """A random graph whose extents are affine in `sizes` (the Dims, or ints standing for
+    them); see `symbolic_graphs`."""
+    g = tg.Graph("symbolic")
+    entries = st.sampled_from(((1, 0, 0), (0, 1, 0), (0, 0, 1), (0, 0, 2), (0, 0, 3)))
+    live = []
+    for i in range(choose(st.integers(1, 2))):
+        shape = tuple(choose(st.lists(entries, min_size=1, max_size=3)))
+        if i == 0 and all(t[:2] == (0, 0) for t in shape):
+            shape = ((1, 0, 0), *shape)  # the first input carries seq
+        live.append((g.input(f"x{i}", [extent(t, sizes) for t in shape], tg.float32), shape))
+    for _ in range(choose(st.integers(1, max_ops))):
+        live.append(_symbolic_step(choose, g, live, sizes))
+    for k in choose(st.lists(st.integers(0, len(live) - 1), min_size=1, max_size=3)):
+        g.output(live[k][0])
+    return g
+
+
+@st.composite
+def symbolic_graphs(draw: st.DrawFn, max_ops: int = 8) -> tuple[tg.Graph, object]:
+    """(graph, rebuild): a random graph over `DIMS` (broadcasting binaries, unaries,
+    reductions, softmax, transpose, reshapes merging and splitting axes with or without
+    -1, concatenation, narrow, matmul, arange/take, full, pad, broadcast_to, attention),
+    and `rebuild(seq, kv)`, which makes the same graph with those ints in place of the
+    Dims, independently of `tg.specialize`."""
+    recorded = _Choices(draw)
+    graph = build_symbolic(recorded, DIMS, max_ops)
+
+    def rebuild(seq: int, kv: int) -> tg.Graph:
+        return build_symbolic(_Choices(None, recorded.values), (seq, kv), max_ops)
+
+    return graph, rebuild

@@ -79,6 +79,7 @@ from tensorgraph.ir.conv import (
     upsample_bilinear2d,
     upsample_nearest2d,
 )
+from tensorgraph.ir.dims import Dim
 from tensorgraph.ir.dtypes import (
     DType,
     bfloat16,
@@ -148,9 +149,11 @@ from tensorgraph.ir.sorting import (
     argsort,
     sort,
 )
+from tensorgraph.ir.specialize import specialize
 
 __all__ = [
     "DType",
+    "Dim",
     "Graph",
     "Tensor",
     "abs",
@@ -259,6 +262,7 @@ __all__ = [
     "slice_update",
     "softmax",
     "sort",
+    "specialize",
     "sqrt",
     "square",
     "squeeze",

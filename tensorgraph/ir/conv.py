@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tensorgraph.errors import ShapeError
+from tensorgraph.ir.dims import extent_or_int
 from tensorgraph.ir.functions import reshape
 from tensorgraph.ir.tensor import Tensor, emit
 
@@ -214,7 +215,7 @@ def pad(
     alone. Modes: "constant" (`value`, converted to x's dtype; a negative amount crops,
     as torch's constant_pad_nd does), "reflect" (mirror without repeating the edge, each
     amount below the axis size) and "replicate" (repeat the edge)."""
-    pairs = [tuple(int(v) for v in pair) for pair in pads]
+    pairs = [tuple(extent_or_int(v, "pad amount") for v in pair) for pair in pads]
     if len(pairs) > x.ndim or any(len(pair) != 2 for pair in pairs):
         raise ShapeError(f"pad: pads {tuple(pads)} must be at most {x.ndim} (lo, hi) pairs")
     pairs += [(0, 0)] * (x.ndim - len(pairs))

@@ -13,13 +13,16 @@ those builtins.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 
-import numpy as np
+import sympy
 
-from tensorgraph.errors import GraphError
+from tensorgraph.errors import GraphError, ShapeError
+from tensorgraph.ir.dims import extent_or_int, is_static
 from tensorgraph.ir.dtypes import DType, as_dtype, int64, promote_types
+from tensorgraph.ir.node import describe
 from tensorgraph.ir.shapes import normalize_axes, normalize_axis, resolve_reshape
 from tensorgraph.ir.tensor import Tensor, TensorLike, emit, to_operands
 
@@ -280,8 +283,13 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
 
 
 def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
-    """A view of `x` with `shape` (one -1 allowed); no copy, storage is contiguous."""
-    return emit("reshape", [x], shape=resolve_reshape(x.shape, tuple(shape)))
+    """A view of `x` with `shape` (one -1 allowed); no copy, storage is contiguous.
+    Errors resolving the -1 name `x` (`reshape of %3 mul: ...`)."""
+    try:
+        resolved = resolve_reshape(x.shape, tuple(shape))
+    except (ShapeError, GraphError) as err:
+        raise type(err)(f"reshape of {describe(x.node)}: {err}") from err
+    return emit("reshape", [x], shape=resolved)
 
 
 def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
@@ -311,11 +319,13 @@ def astype(x: Tensor, dtype: DType | str) -> Tensor:
 
 
 def narrow(x: Tensor, axis: int, start: int, length: int) -> Tensor:
-    """`length` entries from `start` along `axis` (a free view along axis 0)."""
+    """`length` entries from `start` along `axis` (a free view along axis 0). `start` and
+    `length` may be `tg.Dim` extents; a negative int start counts from the axis end."""
     axis = normalize_axis(axis, x.ndim)
-    if start < 0:
+    start, length = extent_or_int(start, "narrow start"), extent_or_int(length, "narrow length")
+    if is_static(start) and start < 0:
         start += x.shape[axis]
-    return emit("narrow", [x], axis=axis, start=int(start), length=int(length))
+    return emit("narrow", [x], axis=axis, start=start, length=length)
 
 
 def expand_dims(x: Tensor, axis: int | Sequence[int]) -> Tensor:
@@ -343,12 +353,13 @@ def flatten(x: Tensor, start_axis: int = 0, end_axis: int = -1) -> Tensor:
     if x.ndim == 0:
         return reshape(x, (1,))
     start, end = normalize_axis(start_axis, x.ndim), normalize_axis(end_axis, x.ndim)
-    inner = int(np.prod(x.shape[start : end + 1], dtype=np.int64))
+    inner = math.prod(x.shape[start : end + 1])
     return reshape(x, (*x.shape[:start], inner, *x.shape[end + 1 :]))
 
 
 def broadcast_to(x: TensorLike, shape: Sequence[int]) -> Tensor:
-    return emit("broadcast_to", to_operands(x), shape=tuple(int(d) for d in shape))
+    shape = tuple(extent_or_int(d, "broadcast_to shape") for d in shape)
+    return emit("broadcast_to", to_operands(x), shape=shape)
 
 
 def concatenate(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
@@ -387,9 +398,9 @@ def slice_update(target: Tensor, update: Tensor, axis: int, start: int | Tensor)
     """A copy of `target` with `update` written at `start` along `axis` (functional; the
     reinplace pass makes it write into `target` when that buffer dies here).
 
-    `update` has `target`'s rank and extents except along `axis`. `start` is an int
-    (fixed when the graph is built: start + update rows must fit, a ShapeError names
-    both otherwise) or an int32/int64 scalar Tensor of shape () or (1,), a run-time
+    `update` has `target`'s rank and extents except along `axis`. `start` is an int or
+    a `tg.Dim` extent (fixed when the graph is built: start + update rows must fit, a
+    ShapeError names both otherwise) or an int32/int64 scalar Tensor of shape () or (1,), a run-time
     position (a decode step's): it becomes the node's third operand and its `start`
     attribute is 0. Every backend then checks 0 <= start and start + rows <= extent
     before writing anything, a RunError naming the start, the row count and the axis
@@ -398,7 +409,7 @@ def slice_update(target: Tensor, update: Tensor, axis: int, start: int | Tensor)
     if isinstance(start, Tensor):
         return emit("slice_update", [target, update, start], axis=axis, start=0)
     try:
-        position = operator.index(start)
+        position = extent_or_int(start) if isinstance(start, sympy.Basic) else operator.index(start)
     except TypeError as err:
         raise GraphError(
             f"slice_update: start must be an int or an integer scalar Tensor but got {start!r}"

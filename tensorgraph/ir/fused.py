@@ -318,7 +318,13 @@ def scaled_dot_product_attention(
         raise GraphError(f"scaled_dot_product_attention: mask must be 'causal' but got {mask!r}")
     causal = isinstance(mask, str)
     if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape and q.shape[-1] else 1.0
+        depth = q.shape[-1] if q.shape else 0
+        if not isinstance(depth, int):  # 1/sqrt of a tg.Dim extent is no attribute value
+            raise GraphError(
+                f"scaled_dot_product_attention: the head dim {depth} of {q!r} holds a "
+                "tg.Dim: pass scale"
+            )
+        scale = 1.0 / math.sqrt(depth) if depth else 1.0
     array_mask = None if causal else mask
     return _emit(
         "scaled_dot_product_attention",

@@ -8,7 +8,10 @@ int values), float32 otherwise, bool for a bool fill value.
 
 from __future__ import annotations
 
+import sympy
+
 from tensorgraph.errors import GraphError
+from tensorgraph.ir.dims import extent_or_int
 from tensorgraph.ir.dtypes import DType, as_dtype
 from tensorgraph.ir.graph import Graph, current_graph
 from tensorgraph.ir.tensor import Tensor, emit
@@ -29,13 +32,15 @@ def _generator_args(args: tuple, graph: Graph | None, op: str) -> tuple[Graph, t
 
 def arange(*args: float, dtype: DType | str | None = None, graph: Graph | None = None) -> Tensor:
     """`arange([graph,] start, stop=None, step=1, dtype=None)`: [start, stop) in `step`s
-    (one number means [0, start)), as mlx.core.arange; int32 when all are ints."""
+    (one number means [0, start)), as mlx.core.arange; int32 when all are ints. start
+    and stop may be `tg.Dim` extents (then start and step are ints)."""
     graph, numbers = _generator_args(args, graph, "arange")
     if not 1 <= len(numbers) <= 3:
         raise GraphError(f"arange takes 1 to 3 numbers but got {len(numbers)}")
     start, stop, step = (0, numbers[0], 1) if len(numbers) == 1 else (*numbers, 1)[:3]
+    start, stop = (v if not isinstance(v, sympy.Basic) else extent_or_int(v) for v in (start, stop))
     if dtype is None:
-        is_int = all(isinstance(v, int) for v in (start, stop, step))
+        is_int = all(isinstance(v, int | sympy.Expr) for v in (start, stop, step))
         dtype = "int32" if is_int else "float32"
     return emit("arange", [], graph, start=start, stop=stop, step=step, dtype=as_dtype(dtype).name)
 
@@ -61,7 +66,7 @@ def full(*args: object, dtype: DType | str | None = None, graph: Graph | None = 
         "full",
         [],
         graph,
-        shape=tuple(int(d) for d in shape),
+        shape=tuple(extent_or_int(d, "full shape") for d in shape),
         value=value,
         dtype=as_dtype(dtype).name,
     )

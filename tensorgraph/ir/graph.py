@@ -16,6 +16,11 @@ they keep an output, with no code of their own. `returned` lists the outputs a r
 back (the others are committed to the state). Invariant: each state is updated at most
 once, by a value of its shape and dtype, and every position in `state_positions` names a
 state node.
+
+Symbolic dimensions: shapes and size-like attributes may hold `tg.Dim` extents
+(`ir.dims`). `dims` lists the graph's Dims by name; one name means one Dim (a second
+Dim of that name with another range is a GraphError). `specialize(seq=40)` gives the
+static graph at those values.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError, TensorGraphError
+from tensorgraph.ir.dims import Dim, canonical_shape, dims_in
 from tensorgraph.ir.dtypes import DType, as_dtype
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import Operand, complete_attrs, get_op
@@ -59,6 +65,7 @@ class Graph:
         self._state_positions: dict[str, int] = {}  # state name -> position in _outputs
         self.param_values: dict[str, np.ndarray] = {}
         self.state_values: dict[str, np.ndarray] = {}  # state name -> initial value (else zeros)
+        self._dims: dict[str, Dim] = {}  # the Dims in node shapes and attributes, by name
         self._next_id = 0
 
     # ------------------------------------------------------------ reading
@@ -88,6 +95,12 @@ class Graph:
         """Ids of the outputs a run hands back: `outputs` less the state updates."""
         updates = set(self._state_positions.values())
         return tuple(o for k, o in enumerate(self._outputs) if k not in updates)
+
+    @property
+    def dims(self) -> dict[str, Dim]:
+        """The `tg.Dim`s in this graph's shapes and attributes, by name (empty when every
+        shape is static)."""
+        return dict(self._dims)
 
     @property
     def states(self) -> list[Node]:
@@ -187,9 +200,20 @@ class Graph:
         full = complete_attrs(opdef, attrs or {}, who)
         try:
             shape, dtype = opdef.infer(operands, full)
-        except (ShapeError, DTypeError) as err:
+        except (ShapeError, DTypeError, GraphError) as err:
             raise type(err)(f"{who}: {err}") from err
+        except TypeError as err:
+            # A rule not written for Dim extents compared one (sympy cannot decide it):
+            # refused by name rather than assumed.
+            if not dims_in(*(o.shape for o in operands), *full.values()):
+                raise
+            shapes = ", ".join(str(o) for o in operands)
+            raise GraphError(
+                f"{who}: {op}'s shape rule cannot compare Dim extents ({err}): {shapes}"
+            ) from err
         node = Node(node_id, op, inputs, full, shape, dtype)
+        if node.symbolic:  # extents in canonical form: equal extents make equal nodes
+            node = Node(node_id, op, inputs, full, canonical_shape(shape), dtype)
         name = node.name
         if name and opdef.boundary:
             if name in self._names:
@@ -199,6 +223,14 @@ class Graph:
         return node
 
     def _append(self, node: Node) -> None:
+        if node.symbolic:
+            for dim in dims_in(node.shape, *(v for _, v in node.attrs)):
+                known = self._dims.setdefault(dim.name, dim)
+                if known != dim:
+                    raise GraphError(
+                        f"{describe(node)}: Dim {dim.describe()} beside the graph's Dim "
+                        f"{known.describe()} of the same name"
+                    )
         self._nodes.append(node)
         self._by_id[node.id] = node
         self._next_id = max(self._next_id, node.id + 1)
@@ -373,6 +405,13 @@ class Graph:
     def _live_params(self, nodes: Iterable[Node]) -> dict[str, np.ndarray]:
         names = {n.name for n in nodes if n.op == "param"}
         return {k: v for k, v in self.param_values.items() if k in names}
+
+    def specialize(self, **values: int) -> Graph:
+        """This graph with each named Dim replaced by its int value (`seq=40`); see
+        `tensorgraph.ir.specialize.specialize` for the contract and errors."""
+        from tensorgraph.ir.specialize import specialize
+
+        return specialize(self, **values)
 
     # ------------------------------------------------------------ serialisation
 

@@ -6,6 +6,12 @@ returns the output's (shape, dtype), or raises ShapeError/DTypeError naming the 
 label and the values involved, without the node prefix: the graph adds `%id op:` when it
 re-raises. Rules are pure functions of their arguments. `infer_unary`, `infer_arith` and
 `infer_reduce` are factories: they return the rule for the op they are given.
+
+Shapes may hold `tg.Dim` extents (`ir.dims`). A condition on extents is decided by
+`always`: it must hold for every value of the dims; one that holds for some values only
+raises `undecided` (a GraphError naming the condition and the ranges), one that holds
+for none raises the rule's ShapeError. Ints take the same comparisons, so a static shape
+meets exactly the rules it always met.
 """
 
 from __future__ import annotations
@@ -14,7 +20,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import sympy
+
 from tensorgraph.errors import DTypeError, ShapeError
+from tensorgraph.ir.dims import always, canonical, is_static, require, undecided
 from tensorgraph.ir.dtypes import DType, as_dtype, bool_, float32, int32, int64, promote_types
 from tensorgraph.ir.shapes import Shape, broadcast_shapes, numel
 
@@ -120,8 +129,16 @@ def infer_matmul(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
             raise ShapeError(f"matmul needs operands of rank >= 1 but {x.label} is a scalar")
     a_shape = (1, *a.shape) if len(a.shape) == 1 else a.shape
     b_shape = (*b.shape, 1) if len(b.shape) == 1 else b.shape
-    if a_shape[-1] != b_shape[-2]:
-        raise ShapeError(f"inner dims differ: {a.label} {a.shape} @ {b.label} {b.shape}")
+    if a_shape[-1] != b_shape[-2]:  # different ints, or extents not identical
+        inner = always(a_shape[-1], "==", b_shape[-2])
+        if inner is None:
+            raise undecided(
+                f"inner dims {a_shape[-1]} == {b_shape[-2]} of {a.label} @ {b.label}",
+                a_shape[-1],
+                b_shape[-2],
+            )
+        if not inner:
+            raise ShapeError(f"inner dims differ: {a.label} {a.shape} @ {b.label} {b.shape}")
     try:
         batch = broadcast_shapes(a_shape[:-2], b_shape[:-2])
     except ShapeError:
@@ -144,6 +161,18 @@ def _check_axes(x: Operand, axes: tuple[int, ...]) -> None:
         )
 
 
+def _nonempty(x: Operand, axis: int, op: str) -> bool:
+    """Whether axis `axis` of x is non-empty for every value of its dims (False when it
+    is empty for every value; `undecided` when only for some)."""
+    extent = x.shape[axis]
+    if is_static(extent):
+        return extent != 0
+    holds = always(extent, ">", 0)
+    if holds is None:
+        raise undecided(f"{op}: axis {axis} of {x} is non-empty ({extent} > 0)", extent)
+    return holds
+
+
 def _reduced_shape(x: Operand, axes: tuple[int, ...], keepdims: bool) -> Shape:
     if keepdims:
         return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
@@ -155,7 +184,7 @@ def infer_reduce(op: str) -> Infer:
         (x,) = xs
         axes = attrs["axes"]
         _check_axes(x, axes)
-        if op in ("max", "min") and any(x.shape[a] == 0 for a in axes):
+        if op in ("max", "min") and not all(_nonempty(x, a, op) for a in axes):
             raise ShapeError(f"{op} over a zero-size axis of {x.label} {x.shape} has no identity")
         dtype = x.dtype
         if op in ("sum", "prod") and dtype == bool_:
@@ -176,7 +205,7 @@ def infer_arg_reduce(op: str) -> Infer:
         (x,) = xs
         axis = attrs["axis"]
         _check_axes(x, (axis,))
-        if x.shape[axis] == 0:
+        if not _nonempty(x, axis, op):
             raise ShapeError(f"{op} over the zero-size axis {axis} of {x.label} {x.shape}")
         return _reduced_shape(x, (axis,), attrs["keepdims"]), int32
 
@@ -224,8 +253,16 @@ def infer_transpose(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType
 def infer_reshape(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     (x,) = xs
     shape = attrs["shape"]
-    if any(d < 0 for d in shape) or numel(shape) != numel(x.shape):
-        raise ShapeError(f"cannot reshape {x.label} {x.shape} to {shape}")
+    count, target = numel(x.shape), numel(shape)
+    if type(count) is int and type(target) is int:  # static: the int rule
+        if any(d < 0 for d in shape) or target != count:
+            raise ShapeError(f"cannot reshape {x.label} {x.shape} to {shape}")
+        return shape, x.dtype
+    error = ShapeError(f"cannot reshape {x.label} {x.shape} to {shape}")
+    for d in shape:
+        require(d, ">=", 0, error)
+    count = canonical(count)
+    require(canonical(target), "==", count, error, f"{x} has {count} elements to {shape}")
     return shape, x.dtype
 
 
@@ -237,10 +274,17 @@ def infer_narrow(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     (x,) = xs
     axis, start, length = attrs["axis"], attrs["start"], attrs["length"]
     _check_axes(x, (axis,))
-    if start < 0 or length < 0 or start + length > x.shape[axis]:
-        raise ShapeError(
-            f"narrow [{start}, {start + length}) is outside axis {axis} of {x.label} {x.shape}"
-        )
+    extent = x.shape[axis]
+    error = ShapeError(
+        f"narrow [{start}, {start + length}) is outside axis {axis} of {x.label} {x.shape}"
+    )
+    if type(start) is int and type(length) is int and type(extent) is int:
+        if start < 0 or length < 0 or start + length > extent:
+            raise error
+    else:
+        require(start, ">=", 0, error)
+        require(length, ">=", 0, error)
+        require(start + length, "<=", extent, error)
     return tuple(length if i == axis else d for i, d in enumerate(x.shape)), x.dtype
 
 
@@ -250,7 +294,9 @@ def infer_concat(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     _check_axes(first, (axis,))
     for x in xs[1:]:
         same = len(x.shape) == len(first.shape) and all(
-            d == e for i, (d, e) in enumerate(zip(x.shape, first.shape, strict=True)) if i != axis
+            _same_extent(e, d, f"concatenate: {first} and {x} agree on axis {i}")
+            for i, (d, e) in enumerate(zip(x.shape, first.shape, strict=True))
+            if i != axis
         )
         if not same:
             raise ShapeError(f"concatenate along axis {axis}: {first} and {x} differ off-axis")
@@ -258,6 +304,17 @@ def infer_concat(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
             raise DTypeError(f"concatenate: {first.label} is {first.dtype}, {x.label} {x.dtype}")
     total = sum(x.shape[axis] for x in xs)
     return tuple(total if i == axis else d for i, d in enumerate(first.shape)), first.dtype
+
+
+def _same_extent(a: object, b: object, condition: str) -> bool:
+    """Whether two extents are equal for every value of their dims (`undecided`, naming
+    `condition`, when only for some)."""
+    if a == b:
+        return True
+    holds = always(a, "==", b)
+    if holds is None:
+        raise undecided(f"{condition} ({a} == {b})", a, b)
+    return holds
 
 
 def infer_take(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
@@ -278,7 +335,9 @@ def infer_gather(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     if not indices.dtype.is_integer:
         raise DTypeError(f"gather needs integer indices but {indices.label} is {indices.dtype}")
     fits = len(indices.shape) == len(x.shape) and all(
-        i <= d for k, (i, d) in enumerate(zip(indices.shape, x.shape, strict=True)) if k != axis
+        _holds(i, "<=", d, f"gather: axis {k} of {indices} fits {x}")
+        for k, (i, d) in enumerate(zip(indices.shape, x.shape, strict=True))
+        if k != axis
     )
     if not fits:
         raise ShapeError(
@@ -286,6 +345,14 @@ def infer_gather(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
             "extent on the other axes"
         )
     return indices.shape, x.dtype
+
+
+def _holds(a: object, relation: str, b: object, condition: str) -> bool:
+    """`always(a, relation, b)` as a bool; `undecided` naming `condition` when None."""
+    holds = always(a, relation, b)
+    if holds is None:
+        raise undecided(f"{condition} ({a} {relation} {b})", a, b)
+    return holds
 
 
 def check_position(position: Operand) -> None:
@@ -309,7 +376,9 @@ def infer_slice_update(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DT
     axis, start = attrs["axis"], attrs["start"]
     _check_axes(target, (axis,))
     fits = len(update.shape) == len(target.shape) and all(
-        u == t for i, (u, t) in enumerate(zip(update.shape, target.shape, strict=True)) if i != axis
+        _same_extent(u, t, f"{update} matches {target} on axis {i}")
+        for i, (u, t) in enumerate(zip(update.shape, target.shape, strict=True))
+        if i != axis
     )
     if len(xs) == 3:
         check_position(xs[2])
@@ -318,11 +387,19 @@ def infer_slice_update(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DT
                 f"start {start} given beside the run-time start {xs[2].label} "
                 "(the attribute must be 0 when the start is an operand)"
             )
-        if not fits or update.shape[axis] > target.shape[axis]:
+        if not fits or not _holds(
+            update.shape[axis], "<=", target.shape[axis], f"{update} fits {target}"
+        ):
             raise ShapeError(
                 f"{update} does not fit {target} at axis {axis} (start {xs[2].label} at run time)"
             )
-    elif not fits or start < 0 or start + update.shape[axis] > target.shape[axis]:
+    elif (
+        not fits
+        or not _holds(start, ">=", 0, f"start {start} of {update} in {target}")
+        or not _holds(
+            start + update.shape[axis], "<=", target.shape[axis], f"{update} fits {target}"
+        )
+    ):
         raise ShapeError(f"{update} does not fit {target} at axis {axis} start {start}")
     if update.dtype != target.dtype:
         raise DTypeError(f"{update.label} is {update.dtype}, target {target.dtype}")
@@ -333,12 +410,27 @@ def infer_arange(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
     if step == 0:
         raise ShapeError("arange step must be non-zero")
+    if isinstance(start, sympy.Basic) or isinstance(stop, sympy.Basic):
+        return (_symbolic_count(start, stop, step),), as_dtype(attrs["dtype"])
     return (max(0, math.ceil((stop - start) / step)),), as_dtype(attrs["dtype"])
 
 
+def _symbolic_count(start: object, stop: object, step: object) -> object:
+    """The element count of arange(start, stop, step) with an extent bound: int start and
+    step, and stop - start of one sign for every value of the dims (else `undecided`)."""
+    if not isinstance(step, int) or isinstance(start, float) or isinstance(stop, float):
+        raise ShapeError(
+            f"arange({start}, {stop}, {step}) with an extent bound needs int start and step"
+        )
+    count = canonical(sympy.ceiling(sympy.Rational(1, step) * (stop - start)))
+    nonempty = always(count, ">=", 0)
+    if nonempty is None:
+        raise undecided(f"arange({start}, {stop}, {step}) has {count} >= 0 elements", count)
+    return count if nonempty else 0
+
+
 def infer_full(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    if any(d < 0 for d in attrs["shape"]):
-        raise ShapeError(f"full: negative dim in {attrs['shape']}")
+    _check_sizes(attrs["shape"], "full: ")
     return attrs["shape"], as_dtype(attrs["dtype"])
 
 
@@ -350,9 +442,15 @@ def infer_broadcast_to(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DT
     return shape, x.dtype
 
 
+def _check_sizes(shape: Shape, prefix: str) -> None:
+    """ShapeError for an entry below 0 for every value, `undecided` for some."""
+    if any(type(d) is not int or d < 0 for d in shape):
+        for d in shape:
+            require(d, ">=", 0, ShapeError(f"{prefix}negative dim in {shape}"))
+
+
 def infer_boundary(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    if any(d < 0 for d in attrs["shape"]):
-        raise ShapeError(f"negative dim in {attrs['shape']}")
+    _check_sizes(attrs["shape"], "")
     dtype = as_dtype(attrs["dtype"])
     if "value" in attrs and len(attrs["value"]) != numel(attrs["shape"]) * dtype.itemsize:
         raise ShapeError(f"constant payload of {len(attrs['value'])} bytes for {attrs['shape']}")

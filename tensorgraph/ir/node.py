@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+import sympy
 from attrs import evolve, field, frozen
 
 from tensorgraph.ir.dtypes import DType
@@ -37,8 +38,14 @@ class Node:
     shape: tuple[int, ...] = field(converter=tuple)
     dtype: DType
     # Bytes of the dense row-major tensor this node produces: derived, computed once
-    # (the planner reads it hundreds of thousands of times per compile).
+    # (the planner reads it hundreds of thousands of times per compile). An expression
+    # of the shape's `tg.Dim`s when the shape holds one (`type(nbytes) is int` is the
+    # cheap test for a static shape).
     nbytes: int = field(init=False, eq=False, repr=False)
+
+    # Whether the shape or an attribute holds a `tg.Dim`: derived once, so graphs and the
+    # verifier test a bool per node instead of scanning attributes on every pass.
+    symbolic: bool = field(init=False, eq=False, repr=False)
 
     @nbytes.default
     def _nbytes(self) -> int:
@@ -46,6 +53,19 @@ class Node:
         for dim in self.shape:
             count *= dim
         return count * self.dtype.itemsize
+
+    @symbolic.default
+    def _symbolic(self) -> bool:
+        if type(self.nbytes) is not int:
+            return True
+        for _, value in self.attrs:  # plain loops: this runs once per node ever built
+            if type(value) is tuple:
+                for item in value:
+                    if isinstance(item, sympy.Basic):
+                        return True
+            elif isinstance(value, sympy.Basic):
+                return True
+        return False
 
     def attr(self, name: str, default: object = None) -> object:
         """The value of attribute `name`, or `default` if absent."""

@@ -52,7 +52,7 @@ from tensorgraph.ir.window_inference import (
 
 # ---------------------------------------------------------------- boundary nodes
 
-_BOUNDARY = {"name": AttrSpec("str"), "shape": AttrSpec("ints"), "dtype": AttrSpec("dtype")}
+_BOUNDARY = {"name": AttrSpec("str"), "shape": AttrSpec("extents"), "dtype": AttrSpec("dtype")}
 register(
     OpDef("input", 0, 0, infer_boundary, _BOUNDARY, category="boundary", pure=True, boundary=True)
 )
@@ -135,7 +135,7 @@ for _name in ("softmax", "log_softmax"):
 # ---------------------------------------------------------------- layout, views, gathers
 
 register(OpDef("transpose", 1, 1, infer_transpose, {"axes": AttrSpec("ints")}, category="layout"))
-register(OpDef("reshape", 1, 1, infer_reshape, {"shape": AttrSpec("ints")}, category="view"))
+register(OpDef("reshape", 1, 1, infer_reshape, {"shape": AttrSpec("extents")}, category="view"))
 register(OpDef("cast", 1, 1, infer_cast, {"dtype": AttrSpec("dtype")}, category="view"))
 register(
     OpDef(
@@ -143,12 +143,14 @@ register(
         1,
         1,
         infer_narrow,
-        {"axis": AttrSpec("int"), "start": AttrSpec("int"), "length": AttrSpec("int")},
+        {"axis": AttrSpec("int"), "start": AttrSpec("extent"), "length": AttrSpec("extent")},
         category="view",
     )
 )
 register(
-    OpDef("broadcast_to", 1, 1, infer_broadcast_to, {"shape": AttrSpec("ints")}, category="layout")
+    OpDef(
+        "broadcast_to", 1, 1, infer_broadcast_to, {"shape": AttrSpec("extents")}, category="layout"
+    )
 )
 register(OpDef("concat", 1, None, infer_concat, {"axis": AttrSpec("int")}, category="layout"))
 register(OpDef("take", 2, 2, infer_take, {"axis": AttrSpec("int")}, category="gather"))
@@ -159,7 +161,7 @@ register(
         2,
         3,  # target, update[, start]: a run-time start is a third operand and attr start 0
         infer_slice_update,
-        {"axis": AttrSpec("int"), "start": AttrSpec("int", 0)},
+        {"axis": AttrSpec("int"), "start": AttrSpec("extent", 0)},
         category="update",
     )
 )
@@ -173,8 +175,8 @@ register(
         0,
         infer_arange,
         {
-            "start": AttrSpec("float"),
-            "stop": AttrSpec("float"),
+            "start": AttrSpec("bound"),
+            "stop": AttrSpec("bound"),
             "step": AttrSpec("float", 1),
             "dtype": AttrSpec("dtype"),
         },
@@ -187,7 +189,7 @@ register(
         0,
         0,
         infer_full,
-        {"shape": AttrSpec("ints"), "value": AttrSpec("scalar"), "dtype": AttrSpec("dtype")},
+        {"shape": AttrSpec("extents"), "value": AttrSpec("scalar"), "dtype": AttrSpec("dtype")},
         category="generator",
     )
 )
@@ -269,7 +271,7 @@ register(
         1,
         infer_pad,
         {
-            "pads": AttrSpec("ints"),
+            "pads": AttrSpec("extents"),
             "value": AttrSpec("scalar", 0.0),
             "mode": AttrSpec("str", "constant"),
         },

@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import sympy
 from attrs import field, frozen
 
 from tensorgraph.errors import GraphError
+from tensorgraph.ir.dims import Dim, canonical
 from tensorgraph.ir.dtypes import DTYPES, DType
 from tensorgraph.ir.shapes import Shape, numel
 
@@ -44,7 +46,10 @@ class Operand:
 
 @frozen
 class AttrSpec:
-    """One attribute: its kind (int, ints, float, scalar, bool, str, dtype, bytes) and default."""
+    """One attribute: its kind and default. Kinds: int, ints, float, scalar, bool, str,
+    dtype, bytes, and the size-like kinds that may hold `tg.Dim` expressions: extent (an
+    int or an integer expression of Dims), extents (a tuple of them) and bound (a float
+    or an extent: arange's start and stop)."""
 
     kind: str
     default: object = REQUIRED
@@ -113,8 +118,23 @@ def get_op(name: str) -> OpDef:
 
 # ---------------------------------------------------------------- attribute checks
 
+
+def _is_dim_expr(value: object) -> bool:
+    """An integer sympy expression whose symbols are all Dims (a symbolic extent)."""
+    return (
+        isinstance(value, sympy.Expr)
+        and value.is_integer is True
+        and all(isinstance(s, Dim) for s in value.free_symbols)
+    )
+
+
 _KIND_CHECKS: dict[str, Callable[[object], bool]] = {
     "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "extent": lambda v: _KIND_CHECKS["int"](v) or _is_dim_expr(v),
+    "extents": lambda v: (
+        isinstance(v, tuple) and all(type(x) is int or _KIND_CHECKS["extent"](x) for x in v)
+    ),
+    "bound": lambda v: _KIND_CHECKS["float"](v) or _is_dim_expr(v),
     "ints": lambda v: isinstance(v, tuple) and all(_KIND_CHECKS["int"](x) for x in v),
     "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
     "scalar": lambda v: isinstance(v, int | float | bool),
@@ -125,9 +145,25 @@ _KIND_CHECKS: dict[str, Callable[[object], bool]] = {
 }
 
 
-def complete_attrs(op: OpDef, attrs: Mapping[str, object], who: str) -> dict[str, object]:
+_SYMBOLIC_KINDS = frozenset({"extent", "extents", "bound"})
+
+
+def _canonical_extents(value: object) -> object:
+    """Dim expressions in canonical form (equal extents, equal attributes); ints as given."""
+    if type(value) is tuple:
+        if all(type(v) is int for v in value):  # a static shape: nothing to canonicalise
+            return value
+        return tuple(_canonical_extents(v) for v in value)
+    return canonical(value) if isinstance(value, sympy.Expr) else value
+
+
+def complete_attrs(
+    op: OpDef, attrs: Mapping[str, object], who: str, symbolic: bool = True
+) -> dict[str, object]:
     """`attrs` checked against the op's schema with defaults filled in (GraphError names
-    `who`, the attribute and the expected kind)."""
+    `who`, the attribute and the expected kind), Dim expressions in canonical form.
+    `symbolic=False` says no attribute holds a Dim (a static node: the verifier's case),
+    which skips looking for expressions to canonicalise."""
     unknown = set(attrs) - set(op.attrs)
     if unknown:
         raise GraphError(f"{who}: unknown attribute(s) {sorted(unknown)} for op {op.name!r}")
@@ -140,6 +176,8 @@ def complete_attrs(op: OpDef, attrs: Mapping[str, object], who: str) -> dict[str
             value = tuple(value)
         if not _KIND_CHECKS[spec.kind](value):
             raise GraphError(f"{who}: attribute {name!r} must be {spec.kind} but got {value!r}")
+        if symbolic and spec.kind in _SYMBOLIC_KINDS:
+            value = _canonical_extents(value)
         result[name] = value
     return result
 

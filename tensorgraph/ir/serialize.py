@@ -5,6 +5,11 @@ the distinction and Python's float repr round-trips), tuples come back as tuples
 bytes (constant payloads), bound param arrays and initial state values travel as base64.
 `graph_from_json` verifies the result, so a corrupted text raises a GraphError rather
 than a broken graph.
+
+Symbolic dimensions: a graph with `tg.Dim`s lists them under "dims" (name, min, max),
+and each extent expression in a shape or attribute travels as {"extent": text}, the
+text form of `ir.dims` (parsed back against the listed dims only). A static graph's
+text is unchanged: it has no "dims" entry.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ import base64
 import json
 
 import numpy as np
+import sympy
 
 from tensorgraph.errors import GraphError
+from tensorgraph.ir.dims import Dim, from_text, to_text
 from tensorgraph.ir.dtypes import as_dtype
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
@@ -28,17 +35,35 @@ def _encode(value: object) -> object:
         return {"bytes": base64.b64encode(value).decode("ascii")}
     if isinstance(value, tuple):
         return {"tuple": [_encode(v) for v in value]}
+    if isinstance(value, sympy.Basic):
+        return {"extent": to_text(value)}
     return value
 
 
-def _decode(value: object) -> object:
+def _decode(value: object, dims: dict[str, Dim]) -> object:
     if isinstance(value, dict):
         if "bytes" in value:
             return base64.b64decode(value["bytes"])
         if "tuple" in value:
-            return tuple(_decode(v) for v in value["tuple"])
+            return tuple(_decode(v, dims) for v in value["tuple"])
+        if "extent" in value:
+            return from_text(value["extent"], dims)
         raise GraphError(f"unknown encoded attribute value {value!r}")
     return value
+
+
+def _read_dims(entries: object) -> dict[str, Dim]:
+    """The "dims" list as name -> Dim (GraphError for a malformed entry, a repeated name
+    or a bad range, from Dim itself)."""
+    if not isinstance(entries, list):
+        raise GraphError(f"malformed graph JSON: dims must be a list but got {entries!r:.60}")
+    dims = {}
+    for entry in entries:
+        entry = _object(entry, "a dim")
+        dim = Dim(entry["name"], entry["min"], entry["max"])
+        if dims.setdefault(dim.name, dim) != dim:
+            raise GraphError(f"malformed graph JSON: dim {dim.name!r} is listed twice")
+    return dims
 
 
 def graph_to_json(graph: Graph) -> str:
@@ -49,7 +74,7 @@ def graph_to_json(graph: Graph) -> str:
             "op": n.op,
             "inputs": list(n.inputs),
             "attrs": [[k, _encode(v)] for k, v in n.attrs],
-            "shape": list(n.shape),
+            "shape": [_encode(d) for d in n.shape],
             "dtype": n.dtype.name,
         }
         for n in graph.nodes
@@ -65,6 +90,10 @@ def graph_to_json(graph: Graph) -> str:
     }
     if graph.state_values:  # absent otherwise: graphs without them keep their old text
         document["state_values"] = {k: _encode_array(v) for k, v in graph.state_values.items()}
+    if graph.dims:
+        document["dims"] = [
+            {"name": d.name, "min": d.min, "max": d.max} for d in graph.dims.values()
+        ]
     return json.dumps(document)
 
 
@@ -99,6 +128,7 @@ def graph_from_json(text: str) -> Graph:
             raise GraphError(f"not a tensorgraph graph (format {document.get('format')!r})")
         # Attributes added to an op after a file was written take their defaults, so
         # older graphs and programs keep loading (unknown attributes are still refused).
+        dims = _read_dims(document.get("dims", []))
         nodes = [
             Node(
                 int(n["id"]),
@@ -106,10 +136,10 @@ def graph_from_json(text: str) -> Graph:
                 tuple(n["inputs"]),
                 complete_attrs(
                     get_op(n["op"]),
-                    {k: _decode(v) for k, v in n["attrs"]},
+                    {k: _decode(v, dims) for k, v in n["attrs"]},
                     f"%{n['id']} {n['op']}",
                 ),
-                tuple(n["shape"]),
+                tuple(_decode(d, dims) for d in n["shape"]),
                 as_dtype(n["dtype"]),
             )
             for n in document["nodes"]

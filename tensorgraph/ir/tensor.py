@@ -8,10 +8,11 @@ a scalar takes beside it (`to_operands`, `scalar_dtype`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Union
 
-import numpy as np
+import sympy
 
 from tensorgraph.errors import GraphError
 from tensorgraph.ir.dtypes import DType, promote_types, scalar_dtype
@@ -48,8 +49,9 @@ class Tensor:
         return len(self.node.shape)
 
     @property
-    def size(self) -> int:
-        return int(np.prod(self.node.shape, dtype=np.int64))
+    def size(self) -> int | sympy.Expr:
+        """Element count: an int, or an expression of the shape's `tg.Dim`s."""
+        return math.prod(self.node.shape)
 
     @property
     def nbytes(self) -> int:
@@ -137,7 +139,7 @@ class Tensor:
 
     # methods mirroring the functions
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
-        if len(shape) == 1 and not isinstance(shape[0], int):
+        if len(shape) == 1 and not isinstance(shape[0], int | sympy.Basic):
             shape = tuple(shape[0])
         return _fn.reshape(self, shape)
 

@@ -15,6 +15,8 @@ message carries the offending node's printed line):
 9. every state update names a state node and sits at an output position, once, with a
    value of the state's shape and dtype;
 10. initial state values exist only for declared states and match their shape and dtype;
+11. `tg.Dim` extents are canonical (shapes compare after `dims.canonical`), and one
+   name means one Dim across the graph's shapes and attributes;
 
 The graph carries no memory decision: where a value's bytes live (a view of its input,
 an in-place write over an operand) is computed by the planner's alias analysis for a
@@ -24,6 +26,7 @@ chosen order, so no attribute can claim it (4. rejects any attribute outside the
 from __future__ import annotations
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError
+from tensorgraph.ir.dims import canonical, dims_in
 from tensorgraph.ir.graph import Graph, label
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS, Operand, complete_attrs
@@ -38,6 +41,7 @@ def verify(graph: Graph) -> None:
     """Raise on the first broken invariant (see module docstring); return None if sound."""
     seen: dict[int, Node] = {}
     names: dict[str, int] = {}
+    dims: dict[str, object] = {}
     for node in graph.nodes:
         who = f"%{node.id} {node.op}"
         if node.id in seen:
@@ -53,13 +57,18 @@ def verify(graph: Graph) -> None:
                 where = "a later node (order or cycle)" if i in graph else "no node (dangling)"
                 _fail(GraphError, node, f"{who}: input %{i} is {where}")
         attrs = node.attr_dict
-        if complete_attrs(opdef, attrs, who) != attrs:
+        if complete_attrs(opdef, attrs, who, node.symbolic) != attrs:
             _fail(GraphError, node, f"{who}: attributes {attrs} do not match the op's schema")
         operands = [Operand(label(seen[i]), seen[i].shape, seen[i].dtype) for i in node.inputs]
         try:
             shape, dtype = opdef.infer(operands, attrs)
-        except (ShapeError, DTypeError) as err:
+        except (ShapeError, DTypeError, GraphError) as err:
             _fail(type(err), node, f"{who}: {err}")
+        if node.symbolic:
+            shape = tuple(d if type(d) is int else canonical(d) for d in shape)
+            for dim in dims_in(node.shape, *attrs.values()):
+                if dims.setdefault(dim.name, dim) != dim:
+                    _fail(GraphError, node, f"{who}: two Dims named {dim.name!r}")
         if tuple(shape) != node.shape:
             _fail(ShapeError, node, f"{who}: shape {node.shape} but inference gives {shape}")
         if dtype != node.dtype:

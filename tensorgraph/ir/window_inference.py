@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import sympy
+
 from tensorgraph.errors import DTypeError, ShapeError
+from tensorgraph.ir.dims import always, canonical, is_static, require, undecided
 from tensorgraph.ir.dtypes import DType, promote_types
 from tensorgraph.ir.shapes import Shape
 
@@ -159,6 +162,9 @@ def infer_pad(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     shape = []
     for axis, size in enumerate(x.shape):
         lo, hi = pads[2 * axis], pads[2 * axis + 1]
+        if not (is_static(size) and is_static(lo) and is_static(hi)):
+            shape.append(_symbolic_pad(x, axis, lo, hi, mode))
+            continue
         if mode == "constant":
             bad = max(-lo, 0) + max(-hi, 0) > size
         elif mode == "reflect":
@@ -187,3 +193,24 @@ def infer_upsample(op: str, float_only: bool) -> Infer:
         return (*x.shape[:2], oh, ow), x.dtype
 
     return infer
+
+
+def _symbolic_pad(x: Operand, axis: int, lo: object, hi: object, mode: str) -> object:
+    """`infer_pad`'s rule for one axis whose extent or amounts hold a Dim: each condition
+    must hold for every value of the dims (`undecided` when only for some)."""
+    size = x.shape[axis]
+    error = ShapeError(f"pad: ({lo}, {hi}) on axis {axis} of {x} in {mode} mode")
+    if mode == "constant":
+        require(sympy.Max(-lo, 0) + sympy.Max(-hi, 0), "<=", size, error)
+    else:
+        require(lo, ">=", 0, error)
+        require(hi, ">=", 0, error)
+    if mode == "reflect":
+        require(sympy.Max(lo, hi), "<", sympy.Max(size, 1), error)
+    if mode == "replicate":  # bad exactly when the axis is empty and padded
+        nonempty, unpadded = always(size, ">", 0), always(lo + hi, "==", 0)
+        if nonempty is False and unpadded is False:
+            raise error
+        if not (nonempty or unpadded):
+            raise undecided(f"pad: axis {axis} of {x} is non-empty or unpadded", size, lo, hi)
+    return canonical(size + lo + hi)

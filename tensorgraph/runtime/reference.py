@@ -7,6 +7,8 @@ affects nothing else. The outputs are fresh copies, one per listed output (a rep
 output gives distinct arrays), never an alias of a caller's input or a bound param.
 States read the arrays given in `state` (zeros when none is given); their new values
 are outputs (`graph.state_positions`), so the caller commits them (Program.run does).
+A graph with `tg.Dim`s runs at the dims' values read off the feeds' shapes (`bind_dims`),
+as the graph specialised at those values: any length in the dims' ranges.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.specialize import specialize
+from tensorgraph.runtime.dim_feeds import bind_dims
 from tensorgraph.runtime.feeds import bind_feeds
 from tensorgraph.runtime.kernels import constant_value, evaluate
 
@@ -49,7 +53,11 @@ def run_reference(
     included), states read from `state` (name -> array; zeros for a missing name).
 
     RunError (from `bind_feeds`) names a missing, extra or mistyped input or param before
-    any op runs; a kernel's run-time RunError names its node (see runtime.kernels)."""
+    any op runs, and (from `bind_dims`) a dim that the feeds give two values, a value
+    outside its range or a dim no feed carries; a kernel's run-time RunError names its
+    node (see runtime.kernels)."""
+    if graph.dims:
+        graph = specialize(graph, **bind_dims(graph, inputs, params))
     feeds = bind_feeds(graph, inputs, params)
     feeds.update(state_feeds(graph, state))
     last = _last_readers(graph)

@@ -180,6 +180,9 @@ def test_exact_key_compares_arrays_by_dtype_shape_and_bytes() -> None:
 EQUAL_BUT_DIFFERENT = {
     "int": (1, True),
     "ints": ((0, 1), (0.0, 1.0)),
+    "extent": (1, True),
+    "extents": ((0, 1), (0.0, 1.0)),
+    "bound": (0.0, -0.0),
     "float": (0.0, -0.0),
     "scalar": (1, 1.0),
     "bool": (True, 1),
