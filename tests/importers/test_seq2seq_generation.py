@@ -139,6 +139,26 @@ def test_tokens_equal_transformers_generate(imported, backend) -> None:
     assert seen[0] != seen[1]  # the sources give different tokens: the check has teeth
 
 
+def test_a_forced_decoder_prompt_runs_as_decode_steps(imported) -> None:
+    """Start tokens past the first (Whisper's language and task ids, say) run as decode
+    steps at positions 1, 2, ...: the tokens are those of transformers' generate given
+    the same decoder prompt."""
+    name, model, program = imported
+    rules = decoding_rules(model.generation_config, forced_ids=(10, 11))
+    assert len(rules.start) == 3
+    src = source(name, 0)
+    result = generate_seq2seq(program, src, TOKENS, rules=rules, backend="arena")
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor(src[None]),
+            decoder_input_ids=torch.tensor([rules.start]),
+            do_sample=False,
+            max_new_tokens=TOKENS,
+            min_new_tokens=TOKENS,
+        )
+    assert result.tokens[0].tolist() == out[0, -TOKENS:].tolist()
+
+
 def test_entries_share_weights_and_one_state_region(imported) -> None:
     name, model, program = imported
     encode, decode = (program.entries[n].graph for n in ("encode", "decode"))
