@@ -130,9 +130,14 @@ class _Seq2SeqCache(torch.nn.Module):
             mask = torch.zeros(batch, self.enc_rows, dtype=torch.int64)
             self.register_buffer("source_mask", mask, persistent=False)
         # The layers' shapes (heads, head_dim of self and cross attention) come from the
-        # model's own first call, as transformers' lazy initialization takes them.
+        # model's own first call, as transformers' lazy initialization takes them; the
+        # encoder's output class, from that call's encoder.
+        example = self.example("encode")
         with torch.no_grad():
-            self.forward(**self.example("encode"))
+            source = example.get("source_ids")
+            mask = None if source is None else torch.ones_like(source)
+            self.encoder_output = type(self.encode(example.get("input_features"), source, mask))
+            self.forward(**example)
         for side, cache in (("self", caches[0]), ("cross", caches[1])):
             for i, layer in enumerate(cache.layers):
                 self.register_buffer(f"{side}_key_{i}", layer.keys, persistent=False)
@@ -161,6 +166,18 @@ class _Seq2SeqCache(torch.nn.Module):
             "input_ids": ids,
         }
 
+    def encode(
+        self,
+        input_features: torch.Tensor | None,
+        source_ids: torch.Tensor | None,
+        mask: torch.Tensor | None,
+    ) -> object:
+        """The encoder's output (a transformers ModelOutput) for the source."""
+        encoder = self.model.get_encoder()
+        if self.speech:
+            return encoder(input_features=input_features)
+        return encoder(input_ids=source_ids, attention_mask=mask)
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -188,16 +205,13 @@ class _Seq2SeqCache(torch.nn.Module):
                 )
             mask = self.source_mask
         if encoding:
-            encoder = self.model.get_encoder()
-            if self.speech:
-                hidden = encoder(input_features=input_features).last_hidden_state
-            else:
-                hidden = encoder(input_ids=source_ids, attention_mask=mask).last_hidden_state
-        else:
+            encoded = self.encode(input_features, source_ids, mask)
+        else:  # the encoder's output class (a MoE model's carries router logits) over zeros
             width = self.model.config.d_model
             hidden = torch.zeros(self.batch, self.enc_rows, width, dtype=self.model.dtype)
+            encoded = self.encoder_output(last_hidden_state=hidden)
         out = self.model(
-            encoder_outputs=(hidden,),
+            encoder_outputs=encoded,
             attention_mask=mask,
             decoder_input_ids=input_ids,
             past_key_values=self.cache,
