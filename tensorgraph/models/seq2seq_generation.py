@@ -119,10 +119,14 @@ UNMIRRORED = {
 
 def decoding_rules(generation_config: object, forced_ids: Sequence[int] = ()) -> DecodingRules:
     """The DecodingRules of a transformers GenerationConfig (read by attribute: any
-    object with those fields): start = decoder_start_token_id (else bos_token_id) then
-    `forced_ids` (e.g. Whisper's language/task ids); GraphError naming the field for a
-    missing start token, a bad word of several tokens or a setting DecodingRules does
-    not mirror (UNMIRRORED)."""
+    object with those fields): start = decoder_start_token_id (else bos_token_id), the
+    config's forced_decoder_ids (positions 1, 2, ... in order), then `forced_ids`. A
+    Whisper checkpoint's language and task tokens are the caller's to give as
+    `forced_ids` (transformers' Whisper generate detects a missing language with a
+    model call of its own, which this does not mirror). GraphError naming the field for
+    a missing start token, forced ids that are not a run from position 1, a bad word of
+    several tokens, timestamps, or a setting DecodingRules does not mirror
+    (UNMIRRORED)."""
 
     def get(name: str) -> object:
         return getattr(generation_config, name, None)
@@ -133,7 +137,17 @@ def decoding_rules(generation_config: object, forced_ids: Sequence[int] = ()) ->
             f"decoding rules: decoder_start_token_id {get('decoder_start_token_id')!r} "
             f"(bos_token_id {get('bos_token_id')!r}) names no single start token"
         )
+    forced = sorted((int(i), t) for i, t in get("forced_decoder_ids") or ())
+    if [i for i, _ in forced] != list(range(1, len(forced) + 1)) or any(
+        not isinstance(t, int) for _, t in forced
+    ):
+        raise GraphError(
+            f"decoding rules: forced_decoder_ids {get('forced_decoder_ids')!r} must force "
+            "token ids at positions 1, 2, ... (they then follow the start token)"
+        )
     problems = []
+    if get("return_timestamps"):
+        problems.append("return_timestamps=True")
     for name, default in UNMIRRORED.items():
         value = get(name)
         if value is not None and value != default:
@@ -147,7 +161,7 @@ def decoding_rules(generation_config: object, forced_ids: Sequence[int] = ()) ->
             "mirror: " + ", ".join(problems)
         )
     return DecodingRules(
-        start=start + _ids(forced_ids),
+        start=start + tuple(t for _, t in forced) + _ids(forced_ids),
         suppress=_ids(get("suppress_tokens")) + tuple(w[0] for w in bad),
         begin_suppress=_ids(get("begin_suppress_tokens")),
         eos=_ids(get("eos_token_id")),

@@ -234,6 +234,9 @@ def test_rules_force_bos_first_and_eos_last_and_begin_suppress_after_bos() -> No
         ("num_beams", 4, r"num_beams=4"),
         ("bad_words_ids", [[5, 6]], r"only one-token bad words"),
         ("decoder_start_token_id", None, r"names no single start token"),
+        ("forced_decoder_ids", [[2, 50]], r"forced_decoder_ids \[\[2, 50\]\] must force"),
+        ("forced_decoder_ids", [[1, None]], r"must force token ids at positions 1, 2"),
+        ("return_timestamps", True, r"return_timestamps=True"),
     ],
 )
 def test_decoding_rules_refuse_what_they_do_not_mirror(field, value, message) -> None:
@@ -243,10 +246,10 @@ def test_decoding_rules_refuse_what_they_do_not_mirror(field, value, message) ->
         decoding_rules(config)
 
 
-def _untouched(program, state, backend: str) -> None:
-    """Every state of `state` still zeros (nothing ran on it)."""
-    for name in state.names:
-        assert not np.any(np.asarray(state[name])), name
+def test_forced_decoder_ids_follow_the_start_token() -> None:
+    config = _transformers().GenerationConfig(decoder_start_token_id=5)
+    config.forced_decoder_ids = [[2, 30], [1, 20]]  # position 1 then 2, in any order
+    assert decoding_rules(config, forced_ids=(40,)).start == (5, 20, 30, 40)
 
 
 BAD_SOURCE = {
