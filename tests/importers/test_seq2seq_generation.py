@@ -159,6 +159,27 @@ def test_a_forced_decoder_prompt_runs_as_decode_steps(imported) -> None:
     assert result.tokens[0].tolist() == out[0, -TOKENS:].tolist()
 
 
+@pytest.mark.slow  # two more exports (about 15 s)
+@pytest.mark.parametrize("name", ["whisper", "t5"])
+def test_a_batch_of_two_sources_gives_each_its_tokens(name) -> None:
+    """batch=2: each row's tokens are transformers' for that row (text rows share a
+    length: one source_length)."""
+    model = build(name)
+    entries = from_torch_seq2seq_generation(model, max_seq=MAX_SEQ, source_len=SOURCE_LEN, batch=2)
+    program = tg.compile(entries)
+    rows = [source(name, 0), source(name, 1)]
+    src = np.stack(rows if name == "whisper" else [row[:8] for row in rows])
+    rules = decoding_rules(model.generation_config)
+    result = generate_seq2seq(program, src, TOKENS, rules=rules, backend="arena")
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor(src), do_sample=False, max_new_tokens=TOKENS, min_new_tokens=TOKENS
+        )
+    assert result.tokens.shape == (2, TOKENS)
+    assert result.tokens.tolist() == out[:, -TOKENS:].tolist()
+    assert result.tokens[0].tolist() != result.tokens[1].tolist()
+
+
 def test_entries_share_weights_and_one_state_region(imported) -> None:
     name, model, program = imported
     encode, decode = (program.entries[n].graph for n in ("encode", "decode"))
