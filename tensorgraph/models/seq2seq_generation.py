@@ -58,16 +58,18 @@ def _ids(value: object) -> tuple[int, ...]:
 class DecodingRules:
     """Host-side logits processing of a generation config, as transformers' logits
     processors apply it in a greedy generate of exactly N new tokens (min_new_tokens =
-    max_new_tokens = N): `start` the decoder prompt; `suppress` ids never picked
-    (suppress_tokens, one-token bad_words_ids); `begin_suppress` ids not picked as the
-    new token `begin_index`; `eos` ids not picked before the last token (min_new_tokens);
-    `forced_bos` the first new token (after a one-token start: it forces the token at
-    length 1), `forced_eos` the last (the token at max_length - 1), each overriding the
-    rest.
-    Ids at or past the vocabulary are ignored, as torch.isin ignores them."""
+    max_new_tokens = N), in their order: `bad` ids banned (one-token bad_words_ids other
+    than an EOS id); `eos` ids banned (min_new_tokens); `forced_bos` forced as the token
+    at length 1 (the first new token after a one-token `start`), `forced_eos` as the
+    token at max_length - 1 (the last); then `suppress` ids banned (suppress_tokens) and
+    `begin_suppress` ids banned at new token `begin_index`. Forcing bans every other id;
+    a ban after it can still take the forced one (transformers refuses a forced id that
+    suppress_tokens holds, as `decoding_rules` does). Ids past the vocabulary are
+    ignored, as torch.isin ignores them. `start` is the decoder prompt."""
 
     start: tuple[int, ...] = field(converter=tuple)
     suppress: tuple[int, ...] = field(default=(), converter=tuple)
+    bad: tuple[int, ...] = field(default=(), converter=tuple)
     begin_suppress: tuple[int, ...] = field(default=(), converter=tuple)
     eos: tuple[int, ...] = field(default=(), converter=tuple)
     forced_bos: int | None = None
@@ -85,22 +87,23 @@ class DecodingRules:
         out = np.array(logits, np.float64)
         vocab = out.shape[-1]
 
-        def mask(ids: Sequence[int]) -> None:
-            kept = [i for i in ids if 0 <= i < vocab]
-            out[:, kept] = -np.inf
+        def ban(ids: Sequence[int]) -> None:
+            out[:, [i for i in ids if 0 <= i < vocab]] = -np.inf
 
-        mask(self.suppress)
-        mask(self.eos)  # min_new_tokens = count: no EOS unless forced
+        def force(token: int | None) -> None:
+            if token is not None and 0 <= token < vocab:
+                out[:] = -np.inf
+                out[:, token] = 0.0
+
+        ban([i for i in self.bad if i not in self.eos])
+        ban(self.eos)  # min_new_tokens = count: no EOS unless forced
+        if step == 0 and len(self.start) == 1:
+            force(self.forced_bos)
+        if step == count - 1:
+            force(self.forced_eos)
+        ban(self.suppress)
         if step == self.begin_index:
-            mask(self.begin_suppress)
-        forced = None
-        if step == 0 and len(self.start) == 1 and self.forced_bos is not None:
-            forced = self.forced_bos
-        if step == count - 1 and self.forced_eos is not None:
-            forced = self.forced_eos  # applied after forced BOS in transformers' order
-        if forced is not None and 0 <= forced < vocab:
-            out[:] = -np.inf
-            out[:, forced] = 0.0
+            ban(self.begin_suppress)
         return out
 
 
@@ -155,6 +158,10 @@ def decoding_rules(generation_config: object, forced_ids: Sequence[int] = ()) ->
     bad = [tuple(words) for words in get("bad_words_ids") or ()]
     if any(len(words) != 1 for words in bad):
         problems.append(f"bad_words_ids={get('bad_words_ids')!r} (only one-token bad words)")
+    suppressed = set(_ids(get("suppress_tokens")))
+    for name in ("forced_bos_token_id", "forced_eos_token_id"):
+        if get(name) is not None and set(_ids(get(name))) <= suppressed:
+            problems.append(f"{name}={get(name)!r} is also in suppress_tokens")
     if problems:
         raise GraphError(
             "decoding rules: the generation config sets what host-side decoding does not "
@@ -162,7 +169,8 @@ def decoding_rules(generation_config: object, forced_ids: Sequence[int] = ()) ->
         )
     return DecodingRules(
         start=start + tuple(t for _, t in forced) + _ids(forced_ids),
-        suppress=_ids(get("suppress_tokens")) + tuple(w[0] for w in bad),
+        suppress=_ids(get("suppress_tokens")),
+        bad=tuple(w[0] for w in bad),
         begin_suppress=_ids(get("begin_suppress_tokens")),
         eos=_ids(get("eos_token_id")),
         forced_bos=get("forced_bos_token_id"),

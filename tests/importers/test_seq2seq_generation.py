@@ -8,8 +8,13 @@ per module (strict export: a few seconds per entry)."""
 
 from __future__ import annotations
 
+import functools
+import types
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch", reason="the models extra is not installed")
 pytest.importorskip("transformers", reason="the models extra is not installed")
@@ -246,6 +251,67 @@ def test_rules_force_bos_first_and_eos_last_and_begin_suppress_after_bos() -> No
     assert int(np.argmax(rules.apply(logits, 4, 5))) == 2  # forced EOS last
     two = DecodingRules(start=(9, 8), forced_bos=0)  # a forced BOS applies at length 1 only
     np.testing.assert_array_equal(two.apply(logits, 0, 5), logits)
+
+
+@functools.cache
+def tiny_t5() -> torch.nn.Module:
+    """A T5 for its generate's logits-processor factory (no forward runs)."""
+    transformers = _transformers()
+    config = transformers.T5Config(
+        vocab_size=16, d_model=8, d_kv=4, d_ff=8, num_layers=1, num_heads=2
+    )
+    return transformers.T5ForConditionalGeneration(config).eval()
+
+
+@settings(max_examples=30)
+@given(data=st.data())
+def test_rules_match_transformers_logits_processors(data) -> None:
+    """DecodingRules.apply against the processors transformers' generate builds for the
+    same config (GenerationMixin._get_logits_processor, after its special-token setup),
+    at a random step of a generate of exactly `count` tokens after a random decoder
+    prompt: the same tokens are banned (-inf) and the rest keep their logits."""
+    vocab = 16
+    token, tokens = st.integers(0, vocab - 1), st.lists(st.integers(0, vocab - 1), max_size=3)
+    optional = st.none() | token
+    fields = {
+        "decoder_start_token_id": data.draw(token),
+        "eos_token_id": data.draw(optional),
+        "suppress_tokens": data.draw(tokens) or None,
+        "begin_suppress_tokens": data.draw(tokens) or None,
+        "bad_words_ids": [[t] for t in data.draw(tokens)] or None,
+        "forced_bos_token_id": data.draw(optional),
+        "forced_eos_token_id": data.draw(optional),
+    }
+    try:
+        config = _transformers().GenerationConfig(**fields)
+    except ValueError:  # a config transformers refuses (a forced id it also suppresses)
+        config = None
+    if config is None:
+        with pytest.raises(GraphError, match=r"is also in suppress_tokens"):
+            decoding_rules(types.SimpleNamespace(**fields))
+    else:
+        compare_with_processors(data, config, vocab)
+
+
+def compare_with_processors(data: st.DataObject, config: object, vocab: int) -> None:
+    """One random step of `config`'s rules against transformers' processors."""
+    token, tokens = st.integers(0, vocab - 1), st.lists(st.integers(0, vocab - 1), max_size=3)
+    forced = data.draw(tokens)
+    rules = decoding_rules(config, forced_ids=forced)
+    count = data.draw(st.integers(1, 5))
+    step = data.draw(st.integers(0, count - 1))
+    config.max_new_tokens = config.min_new_tokens = count
+    config.max_length = len(rules.start) + count
+    model = tiny_t5()
+    model._prepare_special_tokens(config, device="cpu")
+    processors = model._get_logits_processor(config, input_ids_seq_length=len(rules.start))
+    history = list(rules.start) + data.draw(st.lists(token, min_size=step, max_size=step))
+    scores = torch.tensor(data.draw(st.lists(st.floats(-5, 5), min_size=vocab, max_size=vocab)))
+    want = processors(torch.tensor([history]), scores[None].clone()).numpy()
+    got = rules.apply(scores[None].numpy(), step, count)
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+    finite = ~np.isneginf(got)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6)
 
 
 @pytest.mark.parametrize(
