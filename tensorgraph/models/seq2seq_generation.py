@@ -120,6 +120,11 @@ UNMIRRORED = {
 }
 
 
+# Whisper generation-config fields from which transformers' Whisper generate makes its
+# decoder prompt (language, task, no-timestamps ids): the caller must spell the prompt.
+WHISPER_PROMPT = ("lang_to_id", "task_to_id", "language", "task", "no_timestamps_token_id")
+
+
 def decoding_rules(generation_config: object, forced_ids: Sequence[int] = ()) -> DecodingRules:
     """The DecodingRules of a transformers GenerationConfig (read by attribute: any
     object with those fields): start = decoder_start_token_id (else bos_token_id), the
@@ -149,6 +154,13 @@ def decoding_rules(generation_config: object, forced_ids: Sequence[int] = ()) ->
             "token ids at positions 1, 2, ... (they then follow the start token)"
         )
     problems = []
+    whisper = [name for name in WHISPER_PROMPT if get(name) is not None]
+    if whisper and not forced_ids:
+        problems.append(
+            f"{', '.join(whisper)} (transformers' Whisper generate builds its decoder prompt "
+            "from them, detecting the language with a model call: give the prompt's "
+            "language, task and no-timestamps ids as forced_ids)"
+        )
     if get("return_timestamps"):
         problems.append("return_timestamps=True")
     for name, default in UNMIRRORED.items():

@@ -324,6 +324,8 @@ def compare_with_processors(data: st.DataObject, config: object, vocab: int) -> 
         ("forced_decoder_ids", [[2, 50]], r"forced_decoder_ids \[\[2, 50\]\] must force"),
         ("forced_decoder_ids", [[1, None]], r"must force token ids at positions 1, 2"),
         ("return_timestamps", True, r"return_timestamps=True"),
+        ("lang_to_id", {"<|en|>": 50}, r"lang_to_id .* give the prompt's language, task"),
+        ("no_timestamps_token_id", 60, r"no_timestamps_token_id .* as forced_ids"),
     ],
 )
 def test_decoding_rules_refuse_what_they_do_not_mirror(field, value, message) -> None:
@@ -337,6 +339,8 @@ def test_forced_decoder_ids_follow_the_start_token() -> None:
     config = _transformers().GenerationConfig(decoder_start_token_id=5)
     config.forced_decoder_ids = [[2, 30], [1, 20]]  # position 1 then 2, in any order
     assert decoding_rules(config, forced_ids=(40,)).start == (5, 20, 30, 40)
+    config.no_timestamps_token_id = 60  # a Whisper checkpoint's: the caller spells it
+    assert decoding_rules(config, forced_ids=(40, 60)).start == (5, 20, 30, 40, 60)
 
 
 BAD_SOURCE = {
