@@ -65,3 +65,15 @@ def test_bad_options_exit_two_naming_them(capsys, extra, message) -> None:
     assert cli.main(["generate", "hf:t5", *SMALL, *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+@pytest.mark.slow  # about 10 s of export each
+@pytest.mark.parametrize(
+    "family", ["bart", "marian", "mbart", "pegasus", "m2m_100", "blenderbot-small", "mt5", "umt5"]
+)
+def test_other_text_families_generate_transformers_tokens(family: str) -> None:
+    """The same path, no per-family code: learned, sinusoidal and relative positions,
+    pre- and post-norm layers, forced EOS."""
+    result = tensorgraph("generate", f"hf:{family}", *SMALL, "--backend", "numpy")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip().endswith("tokens match transformers generate: yes")
