@@ -113,7 +113,6 @@ class _Seq2SeqCache(torch.nn.Module):
         config = copy.deepcopy(model.config)
         config.num_hidden_layers = decoder_layer_count(model.config)
         self.enc_rows = encoder_length(model, source_len)
-        self.source_len = source_len
         caches = (
             StaticCache(max_cache_len=max_seq, config=config),
             StaticCache(max_cache_len=self.enc_rows, config=config),
