@@ -618,10 +618,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     --temperature > 0, against the same sampler and seed on the reference interpreter.
     Lengths and sampling parameters are checked before anything is compiled; --stream
     prints each token as it is made."""
+    from tensorgraph.cli_seq2seq import cmd_generate_seq2seq, is_seq2seq
     from tensorgraph.models.generation import choose_bucket, generate
     from tensorgraph.models.sampling import Sampler
     from tensorgraph.planner.report import human
 
+    if is_seq2seq(args.model):  # an encoder-decoder family: encode + decode entries
+        return cmd_generate_seq2seq(args)
     fitting = tuple(b for b in args.buckets if b <= args.max_seq)
     if not fitting:
         raise UsageError(f"no bucket of {list(args.buckets)} fits --max-seq {args.max_seq}")

@@ -31,6 +31,7 @@ folded into params (`passes.fold`), as ExecuTorch's constant propagation does. N
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 import ml_dtypes
 import numpy as np
@@ -144,10 +145,16 @@ def from_torch(
 
 
 def from_exported(
-    program: torch.export.ExportedProgram, name: str = "torch", decompose: bool = True
+    program: torch.export.ExportedProgram,
+    name: str = "torch",
+    decompose: bool = True,
+    states: Collection[str] = (),
 ) -> tg.Graph:
     """The graph of an ExportedProgram: decomposed first (`decompose=False` imports it as
-    it is, e.g. one already decomposed with `decomposition_table()`), then imported."""
+    it is, e.g. one already decomposed with `decomposition_table()`), then imported. The
+    buffers named in `states` become states even where this program only reads them (a
+    cache another entry of a multi-entry program writes), not params bound to their
+    current value."""
     if decompose:
         try:
             program = program.run_decompositions(decomposition_table())
@@ -155,7 +162,7 @@ def from_exported(
             raise GraphError(
                 f"importing {name!r} failed at step 'decompositions': {_first_line(err)}"
             ) from err
-    return _Importer(program, name).run()
+    return _Importer(program, name, frozenset(states)).run()
 
 
 def _first_line(err: BaseException) -> str:
@@ -180,9 +187,12 @@ def source_line(node: torch.fx.Node) -> str:
 class _Importer:
     """One import: maps FX nodes to Tensors, collecting every problem (see module doc)."""
 
-    def __init__(self, program: torch.export.ExportedProgram, name: str) -> None:
+    def __init__(
+        self, program: torch.export.ExportedProgram, name: str, states: frozenset[str] = frozenset()
+    ) -> None:
         self.program = program
         self.name = name
+        self.read_states = states
         self.graph = tg.Graph(name)
         self.ctx = Context(self.graph)
         self.problems: list[str] = []
@@ -210,7 +220,9 @@ class _Importer:
             shape, dtype = static_shape(meta), to_dtype(meta.dtype)
             if spec.kind.name == "USER_INPUT":
                 values[node.name] = self.graph.input(node.name, shape, dtype)
-            elif spec.target in mutated:
+            elif spec.target in mutated or (
+                spec.kind.name == "BUFFER" and spec.target in self.read_states
+            ):
                 values[node.name] = states[spec.target] = self.state(node, spec.target)
             else:
                 values[node.name] = self.graph.param(
