@@ -250,3 +250,31 @@ def test_ring_rows_hold_the_last_window_positions(window: int, calls: list) -> N
             for s in range(window)
         ]
         np.testing.assert_array_equal(layer.keys[0, 0, :, 0], want)
+
+
+def _starcoder2() -> object:
+    sizes = {k: v for k, v in SMALL.items() if k != "head_dim"}  # hidden / heads = 16
+    return _transformers().Starcoder2Config(**sizes, bos_token_id=1, eos_token_id=2)
+
+
+def _gemma3_text() -> object:
+    # layer 0 slides (local rope base), layer 1 is global: a pattern of 2
+    return _transformers().Gemma3TextConfig(**SMALL, sliding_window_pattern=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make_config", [_starcoder2, _gemma3_text])
+def test_more_sliding_families_equal_transformers(make_config) -> None:
+    """Starcoder2 with a sliding window (biases, layer norm) and Gemma 3 text (its local
+    and global layers' two rotary bases): tokens on every backend, logits teacher-forced."""
+    model, multi = _imported(make_config())
+    prompt = [3, 4, 5, 6, 7, 8]
+    want = transformers_greedy(model, prompt, 20)
+    for backend in BACKENDS:
+        got = generate(multi, np.array(prompt), 20, backend=backend).tokens[0].tolist()
+        assert got[: len(want)] == want, backend
+        assert len(want) == 20 or want[-1] == model.config.eos_token_id
+    for chunks in ([13], [6, 7]):
+        want_logits = transformers_logits(model, SEQUENCE)[sum(chunks) - 1 :]
+        got_logits = teacher_forced(multi, "numpy", chunks)
+        np.testing.assert_allclose(got_logits, want_logits, atol=2e-5)
