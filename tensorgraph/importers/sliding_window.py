@@ -30,13 +30,16 @@ One call of L rows at position P with `length` real rows (the rest padding):
   where j_s >= 0, and keeps its old row otherwise. Only real rows are written: a padding
   row's slot may hold a key that the next query still needs (in a bucket of 8 with 5
   real rows at P = 20, W = 16, padding row 6 maps to slot 10, which holds position 10,
-  inside the window of the query at 25), so the write is masked by `length`.
+  inside the window of the query at 25), so the write is masked by `length`. That
+  masked rewrite is no chain of slice_updates, so `quantize_states` keeps a ring float.
 
 Masks are built here, one per layer type, in the format of the model's attention
 implementation (bool for "sdpa", 0 / the dtype's minimum added to the scores for
 "eager"), and handed to the model as transformers' own `causal_mask_mapping` (a dict by
 layer type, for configs with `layer_types`) or as one 4-D mask (configs without, whose
-layers all slide alike); the model then builds none of its own.
+layers all slide alike); the model then builds none of its own. Chunked attention
+(Llama 4), which transformers also caches in a StaticSlidingWindowLayer, masks by chunk,
+not by window: `layer_kinds` refuses it by name.
 """
 
 from __future__ import annotations

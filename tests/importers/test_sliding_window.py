@@ -132,6 +132,13 @@ def test_mistral_logits_equal_transformers_forward(mistral, chunks: list[int]) -
     np.testing.assert_allclose(teacher_forced(multi, "numpy", chunks), want, atol=2e-5)
 
 
+@pytest.mark.parametrize("backend", ["arena", "mlx"])
+def test_mistral_logits_on_the_other_backends(mistral, backend: str) -> None:
+    model, multi = mistral
+    want = transformers_logits(model, SEQUENCE)[17:]
+    np.testing.assert_allclose(teacher_forced(multi, backend, [13, 5]), want, atol=1e-4)
+
+
 def test_the_window_changes_the_logits(mistral) -> None:
     """The comparison above can fail: the same weights with full attention give other
     logits once a query's keys reach past the window (position >= 8)."""
