@@ -505,6 +505,7 @@ HF_SMALL = {
     "num_experts_per_tok": 2,
     "moe_intermediate_size": 64,
     "shared_expert_intermediate_size": 64,
+    "sliding_window": 8,  # below any --max-seq worth a run: the cache's ring wraps
     "pad_token_id": 0,
     "bos_token_id": 1,
     "eos_token_id": 2,

@@ -189,10 +189,20 @@ def test_a_model_that_is_no_family_exits_two(model: str, message: str) -> None:
 
 
 def test_a_family_the_importer_cannot_take_names_what_is_missing() -> None:
-    result = tensorgraph("generate", "hf:gemma2", *HF_SMALL_ARGS)
+    # qwen3_next's first layers are linear attention (a recurrent state, not a KV cache)
+    result = tensorgraph("generate", "hf:qwen3_next", *HF_SMALL_ARGS)
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
-    assert "GraphError" in last and "StaticSlidingWindowLayer" in last
+    assert "GraphError" in last and "LinearAttentionLayer" in last
+
+
+@pytest.mark.parametrize("family", ["mistral", pytest.param("gemma2", marks=pytest.mark.slow)])
+def test_a_sliding_window_family_generates_transformers_tokens(family: str) -> None:
+    """hf:mistral (every layer slides) and hf:gemma2 (alternating with global layers):
+    HF_SMALL's window of 8 under --max-seq 32, so 6 + 5 tokens wrap the rings."""
+    result = tensorgraph("generate", f"hf:{family}", *HF_SMALL_ARGS)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip().endswith("tokens match transformers generate: yes")
 
 
 SAMPLED = ["--temperature", "0.8", "--top-p", "0.9", "--min-p", "0.05", "--sampling-seed", "3"]

@@ -9,8 +9,12 @@ with `torch.export` (strict, as that recipe does), and imports each with the imp
 `importers.torch_export`: the buffers the program mutates become states of those names
 and their mutations the state updates, so every entry reads and writes the same cache.
 States no entry reads are then dropped, so the entries' states are exactly the
-`key_cache_{i}` and `value_cache_{i}` of shape (B, kv heads, max_seq, head dim). The
-result is a dict ready for `tg.compile(entries)` (one MultiProgram).
+`key_cache_{i}` and `value_cache_{i}` of shape (B, kv heads, max_seq, head dim), except
+that a sliding-window layer of window W < max_seq (Mistral, Gemma 2/3, Starcoder2...)
+holds `key_ring_{i}` and `value_ring_{i}` of shape (B, kv heads, W, head dim), a ring
+buffer, and then the wrapper builds every attention mask itself (see
+`importers.sliding_window`: the ring layer, its masked write, the masks). The result is
+a dict ready for `tg.compile(entries)` (one MultiProgram).
 
 Entries (all token ids and positions int64; B = `batch`, V = the vocabulary size):
 
@@ -25,8 +29,9 @@ Entries (all token ids and positions int64; B = `batch`, V = the vocabulary size
   position. Output: its logits (B, 1, V).
 
 Every row of a batch shares `position` and `length`. A write past the cache (position +
-rows > max_seq) is a RunError at run time (the cache write's start check). How the
-exported program writes the cache, and so what the importer maps: at the start of a
+rows > max_seq) is a RunError at run time (the cache write's start check); a ring has
+no such bound, its rows wrap, so a model whose every layer slides takes any position.
+How the exported program writes the cache, and so what the importer maps: at the start of a
 call every `cumulative_length_{i}` is set to `position` (written and never read back:
 dropped); the cache rows go through
 `keys.index_copy_(2, arange(L) + position, k)`, which Core ATen spells
@@ -61,25 +66,36 @@ class _StaticCacheLM(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, batch: int, max_seq: int) -> None:
         super().__init__()
-        from transformers.cache_utils import StaticCache, StaticLayer
+        from transformers.cache_utils import StaticCache, StaticLayer, StaticSlidingWindowLayer
         from transformers.configuration_utils import get_head_shapes
+
+        from tensorgraph.importers import sliding_window
 
         config = model.config.get_text_config()
         self.model = model
+        self.batch = batch
         self.cache = StaticCache(max_cache_len=max_seq, config=config)
-        plain = all(type(layer) is StaticLayer for layer in self.cache.layers)
-        if not plain:
-            kinds = sorted({type(layer).__name__ for layer in self.cache.layers})
+        known = (StaticLayer, StaticSlidingWindowLayer)
+        kinds = sorted({type(layer).__name__ for layer in self.cache.layers})
+        if not all(type(layer) in known for layer in self.cache.layers):
             raise GraphError(
                 f"from_torch_generation: {type(model).__name__}'s cache has layers {kinds}; "
-                "only full-attention StaticLayer caches import (no sliding windows)"
+                "only full-attention and sliding-window static caches import"
             )
+        # Sliding layers become rings of the window's length (sliding_window.py), and the
+        # wrapper builds every mask; a cache without them keeps transformers' own masks.
+        self.kinds = None
+        if any(type(layer) is StaticSlidingWindowLayer for layer in self.cache.layers):
+            self.kinds = sliding_window.layer_kinds(config, max_seq)
+            ring_length = sliding_window.replace_sliding_layers(self.cache, self.kinds, max_seq)
+            self.register_buffer("ring_length", ring_length, persistent=False)
         heads, head_dim = get_head_shapes(config)
         device = next(model.parameters()).device
         self.cache.early_initialization(batch, heads, head_dim, model.dtype, device)
         for i, layer in enumerate(self.cache.layers):
-            self.register_buffer(f"key_cache_{i}", layer.keys, persistent=False)
-            self.register_buffer(f"value_cache_{i}", layer.values, persistent=False)
+            kind = "ring" if isinstance(layer, sliding_window.RingLayer) else "cache"
+            self.register_buffer(f"key_{kind}_{i}", layer.keys, persistent=False)
+            self.register_buffer(f"value_{kind}_{i}", layer.values, persistent=False)
             self.register_buffer(
                 f"cumulative_length_{i}", layer.cumulative_length, persistent=False
             )
@@ -96,9 +112,20 @@ class _StaticCacheLM(torch.nn.Module):
         for layer in self.cache.layers:
             layer.cumulative_length.copy_(position)
         keep = {} if length is None else {"logits_to_keep": (length - 1).reshape(1)}
+        mask = None
+        if self.kinds is not None:
+            from tensorgraph.importers import sliding_window
+
+            if length is not None:  # a one-row call writes its row whatever the length
+                self.ring_length.copy_(length)
+            rows = input_ids.shape[1]
+            config, dtype = self.model.config.get_text_config(), self.model.dtype
+            mask = sliding_window.attention_masks(
+                self.cache, self.kinds, config, position, rows, self.batch, dtype
+            )
         out = self.model(
             input_ids=input_ids,
-            attention_mask=None,
+            attention_mask=mask,
             past_key_values=self.cache,
             use_cache=True,
             **keep,
@@ -117,8 +144,8 @@ def from_torch_generation(
     (e.g. LlamaForCausalLM), sharing a static KV cache of `max_seq` positions as states;
     see the module docstring for each entry's inputs and output. The model is put in
     eval mode; its weights are bound params (the same in every entry). GraphError for a
-    bucket outside [1, max_seq], a cache with sliding-window layers, or a failed
-    export/import (naming the entry)."""
+    bucket outside [1, max_seq], a cache with layers other than full-attention and
+    sliding-window ones, or a failed export/import (naming the entry)."""
     if max_seq < 1 or batch < 1:
         raise GraphError(f"from_torch_generation: max_seq {max_seq} and batch {batch} must be >= 1")
     buckets = sorted(set(int(b) for b in prompt_buckets))

@@ -47,6 +47,7 @@ the independent NumPy loop it is checked against.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -469,7 +470,9 @@ def generation_layout(program: object) -> GenerationLayout:
     decode = entries["decode"].graph
     token = next(n for n in decode.inputs if INPUT_ROLES.get(n.name) == "ids")
     logits = decode.node(decode.returned[0])
-    max_seq = next(n.shape[2] for n in decode.states if len(n.shape) == 4)
+    # a ring (from_torch_generation's `key_ring_{i}`: a sliding window) bounds no position
+    caches = [n.shape[2] for n in decode.states if len(n.shape) == 4 and "_ring_" not in n.name]
+    max_seq = caches[0] if caches else sys.maxsize
     return GenerationLayout(
         tuple(buckets), max_seq, token.shape[0], logits.shape[-1], tuple(windows)
     )

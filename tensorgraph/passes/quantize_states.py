@@ -68,22 +68,34 @@ def quantize_states(
     graph: Graph | Mapping[str, Graph], bits: int = 8, group_size: int = 64
 ) -> Graph | dict[str, Graph]:
     """`graph` (or each graph of a mapping of entries, which share states by name) with
-    its float states quantized (see the module docstring). ShapeError for a width or
-    group MLX's affine quantization does not take."""
+    its float states quantized (see the module docstring); of entries, a state that
+    one entry cannot quantize stays float in all (they share its layout). ShapeError
+    for a width or group MLX's affine quantization does not take."""
     if isinstance(graph, Graph):
         return quantize_graph_states(graph, bits, group_size).graph
-    return {name: quantize_graph_states(g, bits, group_size).graph for name, g in graph.items()}
+    kept: dict[str, str] = {}
+    for name, entry in graph.items():
+        for state in entry.states:
+            reason = _reason(entry, state, group_size)
+            if reason is not None:
+                kept.setdefault(state.name, f"{reason} in {name!r}")
+    return {
+        name: quantize_graph_states(g, bits, group_size, kept).graph for name, g in graph.items()
+    }
 
 
-def quantize_graph_states(graph: Graph, bits: int = 8, group_size: int = 64) -> PassResult:
-    """The rewrite as a pass. Counters: `quantized` (states now quantized) and `kept`:
-    state name -> why it stayed float."""
+def quantize_graph_states(
+    graph: Graph, bits: int = 8, group_size: int = 64, keep: Mapping[str, str] | None = None
+) -> PassResult:
+    """The rewrite as a pass; the states named in `keep` stay float (for the reason
+    given there). Counters: `quantized` (states now quantized) and `kept`: state name
+    -> why it stayed float."""
     check_quantization("affine", bits, group_size)
     options = {"group_size": group_size, "bits": bits, "mode": "affine"}
     kept = {}
     chosen = set()
     for state in graph.states:
-        reason = _reason(graph, state, group_size)
+        reason = (keep or {}).get(state.name) or _reason(graph, state, group_size)
         if reason is None:
             chosen.add(state.id)
         else:
