@@ -23,4 +23,10 @@ __all__ = [
 
 # The vector-Jacobian rules build backward nodes with the op functions, which need the
 # whole IR: they join the registry here, once every module above is loaded.
-from tensorgraph.ir import vjp_elementwise, vjp_layout, vjp_reductions
+from tensorgraph.ir import (
+    vjp_elementwise,
+    vjp_fused,
+    vjp_layout,
+    vjp_reductions,
+    vjp_windows,
+)

@@ -58,7 +58,7 @@ def test_gradients_equal_central_differences(graph: tg.Graph, seed: int, inputs:
 
 
 @given(differentiable_graphs(), st.integers(0, 2**16))
-@settings(max_examples=15)
+@settings(max_examples=8)
 def test_backends_agree_on_gradient_graphs(graph: tg.Graph, seed: int) -> None:
     """The arena executor equals the reference interpreter bit for bit on a gradient
     graph, as on any graph; MLX agrees within float32 rounding (1e-4 of the scale)."""
