@@ -5,7 +5,7 @@ see whole.
 
 Steps:
 1. check the loss (the graph's one output: a float scalar, no state updates) and `wrt`
-   (names of float inputs or params; the params in graph order by default);
+   (names of float inputs or params; the float params in graph order by default);
 2. mark the active values: the wrt nodes and every float value computed from one
    (integer and bool values never carry a gradient: indices, masks, comparisons);
 3. walk the forward nodes in reverse order from the loss, whose cotangent is 1: each
@@ -40,7 +40,8 @@ def value_and_grad(graph: Graph, wrt: Sequence[str] | str | None = None) -> Grap
 
     `graph` must have exactly one output, a float scalar (shape ()), and no state
     updates; `wrt` names float inputs or params of `graph` (a single name, a sequence,
-    or None for every param in graph order). The result takes the same feeds, has the
+    or None for every float param in graph order: an integer or bool param, such as a
+    folded mask, is a constant of the model, not a weight). The result takes the same feeds, has the
     same params and bound values, and each gradient has its value's shape and dtype.
     GraphError naming the culprit for a loss that is not a float scalar, a `wrt` that
     names nothing, an unknown or non-float name, and a gradient that would flow through
@@ -86,11 +87,11 @@ def _loss(graph: Graph) -> Node:
 def _targets(graph: Graph, wrt: Sequence[str] | str | None) -> list[Node]:
     by_name = {n.name: n for n in graph.nodes if n.op in ("input", "param")}
     if wrt is None:
-        names = [n.name for n in graph.params]
+        names = [n.name for n in graph.params if n.dtype.is_float]
     else:
         names = [wrt] if isinstance(wrt, str) else list(wrt)
     if not names:
-        what = "graph has no params" if wrt is None else "wrt is empty"
+        what = "graph has no float params" if wrt is None else "wrt is empty"
         raise GraphError(
             f"value_and_grad: {what}: graph {graph.name!r} has nothing to differentiate"
         )

@@ -105,6 +105,19 @@ def test_outputs_are_loss_then_gradients_in_wrt_order() -> None:
     assert tg.compile(vg).run(feeds, params=params, backend="numpy")[0] == loss
 
 
+def test_by_default_only_float_params_are_differentiated() -> None:
+    """An imported model's folded masks are bool params: constants of the model, not
+    weights (wrt=None once raised a GraphError on them)."""
+    g = tg.Graph("masked_weights")
+    w = g.param("w", (3,), tg.float32)
+    keep = g.param("keep", (3,), tg.bool_, np.array([True, False, True]))
+    g.output(tg.sum(tg.where(keep, w, 0.0)))
+    vg = tg.value_and_grad(g)
+    assert len(vg.outputs) == 2
+    out = tg.compile(vg).run({}, params={"w": np.ones(3, np.float32)}, backend="numpy")
+    np.testing.assert_array_equal(out[1], np.array([1, 0, 1], np.float32))
+
+
 def test_a_loss_not_reading_a_param_has_a_zero_gradient() -> None:
     g = tg.Graph("unused")
     x = g.input("x", (3,), tg.float32)
@@ -178,7 +191,7 @@ def test_bad_wrt_is_a_graph_error_naming_it() -> None:
     h = tg.Graph("no_params")
     x = h.input("x", (3,), tg.float32)
     h.output(tg.sum(x))
-    with pytest.raises(GraphError, match="graph has no params"):
+    with pytest.raises(GraphError, match="graph has no float params"):
         tg.value_and_grad(h)
 
 
