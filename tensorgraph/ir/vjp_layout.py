@@ -1,19 +1,23 @@
 """Vector-Jacobian rules of the layout ops (reshape, transpose, broadcast_to, narrow,
-concat, pad, slice_update) and the gathers (take, gather), registered on the ops in
-`OPS` on import.
+concat, pad, slice_update), the gathers (take, gather) and sort, registered on the ops
+in `OPS` on import.
 
 Each moves the cotangent back to where its elements came from: the inverse reshape or
 permutation, a sum over broadcast axes, zeros around a narrowed slice, slices of a
 concatenation, the inverse (negated) padding, and for the gathers a `scatter_add` of the
 cotangent at the indices (repeats accumulate: an embedding row looked up twice gets both
-cotangents). Index operands receive none. A `slice_update` at a run-time start and a pad
-in reflect or replicate mode have no rule yet: a gradient through one is a GraphError
-naming the node.
+cotangents); sort's cotangent goes back to the positions argsort gives (stable: a tie's
+k-th sorted element is the k-th of the tied ones in x). A reflect or replicate pad is a
+take of source positions along each axis, so its cotangent is scattered back axis by
+axis. Index operands receive none. A `slice_update` at a run-time start has no rule: a
+gradient through one is a GraphError naming the node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import numpy as np
 
 from tensorgraph.errors import GraphError
 from tensorgraph.ir import functions as fn
@@ -21,7 +25,7 @@ from tensorgraph.ir.conv import pad
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import register_vjp
 from tensorgraph.ir.scatter import scatter_add
-from tensorgraph.ir.tensor import Tensor
+from tensorgraph.ir.tensor import Tensor, emit
 from tensorgraph.ir.vjp_support import unbroadcast, zeros
 
 
@@ -56,12 +60,34 @@ def _concat(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> lis
     return result
 
 
+def _sources(size: int, lo: int, hi: int, mode: str) -> np.ndarray:
+    """The source position of each padded position along an axis (torch's reflect: the
+    edge not repeated; replicate: the edge repeated)."""
+    positions = np.arange(-lo, size + hi)
+    if mode == "replicate":
+        return np.clip(positions, 0, size - 1)
+    positions = np.abs(positions)
+    return np.where(positions >= size, 2 * (size - 1) - positions, positions)
+
+
 def _pad(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
-    """Constant mode: the negated pads (padding crops back, and a crop pads zeros)."""
-    if node.attr("mode") != "constant":
-        raise GraphError(f"{describe(node)}: no gradient for pad mode {node.attr('mode')!r}")
+    """Constant mode: the negated pads (padding crops back, and a crop pads zeros).
+    Reflect and replicate: per padded axis, g scattered onto the source positions."""
+    (x,) = inputs
     pads = node.attr("pads")
-    return [pad(g, [(-pads[2 * k], -pads[2 * k + 1]) for k in range(g.ndim)])]
+    if node.attr("mode") == "constant":
+        return [pad(g, [(-pads[2 * k], -pads[2 * k + 1]) for k in range(g.ndim)])]
+    for axis in range(x.ndim):
+        lo, hi = pads[2 * axis], pads[2 * axis + 1]
+        if lo == hi == 0:
+            continue
+        sources = _sources(x.shape[axis], lo, hi, node.attr("mode")).astype(np.int32)
+        placed = [1] * g.ndim
+        placed[axis] = sources.size
+        index = fn.broadcast_to(x.graph.constant(sources.reshape(placed)), g.shape)
+        shape = (*g.shape[:axis], x.shape[axis], *g.shape[axis + 1 :])
+        g = scatter_add(zeros(g, shape), g, index, axis)
+    return [g]
 
 
 def _slice_update(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
@@ -100,6 +126,13 @@ def _gather(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> lis
     return [scatter_add(zeros(x), g, indices, node.attr("axis")), None]
 
 
+def _sort(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    (x,) = inputs
+    axis = node.attr("axis")
+    positions = emit("argsort", [x], axis=axis, descending=node.attr("descending"))
+    return [scatter_add(zeros(x), g, positions, axis)]
+
+
 def _scatter_add(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
     """Linear in target and update: target gets g, update gets g read at the indices."""
     indices = inputs[2]
@@ -117,3 +150,4 @@ register_vjp("slice_update", _slice_update)
 register_vjp("take", _take)
 register_vjp("gather", _gather)
 register_vjp("scatter_add", _scatter_add)
+register_vjp("sort", _sort)

@@ -112,11 +112,15 @@ case("broadcast_to", "x", lambda x: tg.broadcast_to(x, (2, 3, 4)), _u(3, 1))
 case("narrow", "axis1", lambda x: tg.narrow(x, 1, 1, 2), _u(3, 4))
 case("concat", "axis1", lambda a, b: tg.concatenate([a, b, a], 1), _u(2, 3), _u(2, 1))
 case("pad", "pad-and-crop", lambda x: tg.pad(x, [(1, -1), (2, 0)], value=0.7), _u(3, 4))
+case("pad", "reflect", lambda x: tg.pad(x, [(2, 1), (0, 3)], mode="reflect"), _u(3, 4))
+case("pad", "replicate", lambda x: tg.pad(x, [(1, 0), (2, 2)], mode="replicate"), _u(2, 3))
 case("slice_update", "x", lambda t, u: tg.slice_update(t, u, 1, 2), _u(3, 5), _u(3, 2))
 _rows = np.array([[2, 0], [-1, 2]], np.int32)
 case("take", "repeats-negatives", lambda x, i: tg.take(x, i, 1), _u(2, 3, 2), _rows)
 _picks = np.array([[1, 1, 0], [2, 0, 2]], np.int64)
 case("gather", "axis0", lambda x, i: tg.gather(x, i, 0), _u(3, 4), _picks)
+case("sort", "descending", lambda x: tg.sort(x, 0, descending=True), _u(4, 3))
+case("sort", "ascending", lambda x: tg.sort(x, -1), _u(2, 5))
 case("scatter_add", "x", lambda t, u, i: scatter_add(t, u, i, 0), _u(3, 4), _u(2, 3), _picks)
 
 case(
@@ -283,7 +287,6 @@ _OWN_BACKWARD = [
         "broadcast_to",
         "narrow",
         "concat",
-        "pad",
     }
 ]
 
