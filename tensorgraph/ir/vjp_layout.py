@@ -9,8 +9,8 @@ cotangent at the indices (repeats accumulate: an embedding row looked up twice g
 cotangents); sort's cotangent goes back to the positions argsort gives (stable: a tie's
 k-th sorted element is the k-th of the tied ones in x). A reflect or replicate pad is a
 take of source positions along each axis, so its cotangent is scattered back axis by
-axis. Index operands receive none. A `slice_update` at a run-time start has no rule: a
-gradient through one is a GraphError naming the node.
+axis. A `slice_update` at a run-time start reads its update's cotangent with a `take` at
+start + arange(rows). Index and position operands receive none.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensorgraph.errors import GraphError
 from tensorgraph.ir import functions as fn
 from tensorgraph.ir.conv import pad
-from tensorgraph.ir.node import Node, describe
+from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import register_vjp
 from tensorgraph.ir.scatter import scatter_add
 from tensorgraph.ir.tensor import Tensor, emit
@@ -92,17 +91,21 @@ def _pad(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
 
 def _slice_update(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
     """The target's cotangent is g with the written rows zeroed; the update's is those
-    rows of g. A run-time start (a third operand) has no rule here."""
-    if len(inputs) == 3:
-        raise GraphError(
-            f"{describe(node)}: no gradient through a slice_update at a run-time start"
-        )
+    rows of g (read by a take when the start is a run-time operand)."""
     update = inputs[1]
-    axis, start = node.attr("axis"), node.attr("start")
-    return [
-        fn.slice_update(g, zeros(update), axis, start),
-        fn.narrow(g, axis, start, update.shape[axis]),
-    ]
+    axis, rows = node.attr("axis"), update.shape[node.attr("axis")]
+    if len(inputs) == 3:
+        start = fn.reshape(inputs[2], ())
+        count = emit(
+            "arange", [], graph=g.graph, start=0, stop=rows, step=1, dtype=start.dtype.name
+        )
+        return [
+            fn.slice_update(g, zeros(update), axis, inputs[2]),
+            fn.take(g, count + start, axis),
+            None,
+        ]
+    start = node.attr("start")
+    return [fn.slice_update(g, zeros(update), axis, start), fn.narrow(g, axis, start, rows)]
 
 
 def _take(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:

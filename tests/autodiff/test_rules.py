@@ -114,6 +114,14 @@ case("concat", "axis1", lambda a, b: tg.concatenate([a, b, a], 1), _u(2, 3), _u(
 case("pad", "pad-and-crop", lambda x: tg.pad(x, [(1, -1), (2, 0)], value=0.7), _u(3, 4))
 case("pad", "reflect", lambda x: tg.pad(x, [(2, 1), (0, 3)], mode="reflect"), _u(3, 4))
 case("pad", "replicate", lambda x: tg.pad(x, [(1, 0), (2, 2)], mode="replicate"), _u(2, 3))
+case(
+    "slice_update",
+    "run-time-start",
+    lambda t, u, s: tg.slice_update(t, u, 0, s),
+    _u(5, 3),
+    _u(2, 3),
+    np.array(2, np.int32),
+)
 case("slice_update", "x", lambda t, u: tg.slice_update(t, u, 1, 2), _u(3, 5), _u(3, 2))
 _rows = np.array([[2, 0], [-1, 2]], np.int32)
 case("take", "repeats-negatives", lambda x, i: tg.take(x, i, 1), _u(2, 3, 2), _rows)
