@@ -27,6 +27,7 @@ from tensorgraph.ir import (
     vjp_elementwise,
     vjp_fused,
     vjp_layout,
+    vjp_products,
     vjp_reductions,
     vjp_windows,
 )

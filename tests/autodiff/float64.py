@@ -24,6 +24,13 @@ _COMPARE = {
 }
 
 
+def _gather_mm(a: np.ndarray, b: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """a[i] @ b[indices[i]] in float64 (the oracle's kernel computes in float32)."""
+    rows = a.reshape(-1, *a.shape[-2:])
+    out = np.stack([rows[i] @ b[e] for i, e in enumerate(indices.reshape(-1))])
+    return out.reshape(*a.shape[:-1], b.shape[-1])
+
+
 class _Float64:
     """What a kernel reads of a float dtype: float64 everywhere."""
 
@@ -61,6 +68,8 @@ def evaluate(
             value = np.asarray(bound[node.name])
         elif node.op == "constant":
             value = constant_value(node)
+        elif node.op == "gather_mm":
+            value = _gather_mm(*(values[i] for i in node.inputs))
         elif node.op in _COMPARE:
             value = _COMPARE[node.op](*(values[i] for i in node.inputs))
         else:

@@ -129,6 +129,26 @@ _picks = np.array([[1, 1, 0], [2, 0, 2]], np.int64)
 case("gather", "axis0", lambda x, i: tg.gather(x, i, 0), _u(3, 4), _picks)
 case("sort", "descending", lambda x: tg.sort(x, 0, descending=True), _u(4, 3))
 case("sort", "ascending", lambda x: tg.sort(x, -1), _u(2, 5))
+_with_zero = _u(2, 3, 4)
+_with_zero[1, 2, 0] = 0.0
+case("prod", "axes-with-a-zero", lambda x: x.prod((0, 2)), _with_zero)
+case("prod", "keepdims", lambda x: x.prod(1, keepdims=True), _u(2, 3, 4))
+case(
+    "index_update",
+    "repeated",
+    lambda t, u, i: tg.ir.updates.index_update(t, u, i, 1),
+    _u(2, 5, 3),
+    _u(2, 4, 3),
+    np.array([3, 0, 3, 1], np.int32),
+)
+case(
+    "gather_mm",
+    "experts",
+    tg.gather_mm,
+    _u(2, 3, 2, 4),
+    _u(3, 4, 5),
+    np.array([[2, 0, 2], [1, 1, 0]], np.int32),
+)
 case("scatter_add", "x", lambda t, u, i: scatter_add(t, u, i, 0), _u(3, 4), _u(2, 3), _picks)
 
 case(
