@@ -19,14 +19,12 @@ from collections.abc import Callable, Sequence
 from tensorgraph.ir import functions as fn
 from tensorgraph.ir import math_functions as mfn
 from tensorgraph.ir.node import Node
-from tensorgraph.ir.ops import register_vjp
+from tensorgraph.ir.ops import Vjp, register_vjp
 from tensorgraph.ir.tensor import Tensor
 from tensorgraph.ir.vjp_support import as_operand, cast_to, no_gradient, zeros
 
-Rule = Callable[[Node, Sequence[Tensor], Tensor, Tensor], Sequence["Tensor | None"]]
 
-
-def _unary(derivative: Callable[[Node, Tensor, Tensor, Tensor], Tensor]) -> Rule:
+def _unary(derivative: Callable[[Node, Tensor, Tensor, Tensor], Tensor]) -> Vjp:
     """A unary rule from `derivative(node, x, out, g)`, the cotangent of x."""
 
     def rule(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list[Tensor]:
@@ -83,7 +81,7 @@ UNARY: dict[str, Callable[[Node, Tensor, Tensor, Tensor], Tensor]] = {
 
 def _binary(
     derivative: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]],
-) -> Rule:
+) -> Vjp:
     """A binary rule from `derivative(a, b, out, g)`, the cotangents at the output's
     (broadcast) shape; each is summed back to its operand (`as_operand`). Operands are
     cast to the output's dtype first, as the kernels compute."""
