@@ -41,8 +41,9 @@ def value_and_grad(graph: Graph, wrt: Sequence[str] | str | None = None) -> Grap
     `graph` must have exactly one output, a float scalar (shape ()), and no state
     updates; `wrt` names float inputs or params of `graph` (a single name, a sequence,
     or None for every float param in graph order: an integer or bool param, such as a
-    folded mask, is a constant of the model, not a weight). The result takes the same feeds, has the
-    same params and bound values, and each gradient has its value's shape and dtype.
+    folded mask, is a constant of the model, not a weight). The result takes the same
+    feeds, has the same params and bound values, and each gradient has its value's
+    shape and dtype.
     GraphError naming the culprit for a loss that is not a float scalar, a `wrt` that
     names nothing, an unknown or non-float name, and a gradient that would flow through
     an op with no vector-Jacobian rule (naming that node and its op)."""
@@ -55,8 +56,7 @@ def value_and_grad(graph: Graph, wrt: Sequence[str] | str | None = None) -> Grap
         g = cotangents.get(node.id)
         if g is None or get_op(node.op).boundary:
             continue
-        live = [i for i in node.inputs if i in active]
-        if live:
+        if any(i in active for i in node.inputs):
             _pull_back(node, result, g, active, cotangents, targets)
     for target in targets:
         found = cotangents.get(target.id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorgraph as tg
@@ -81,6 +81,7 @@ def _problems(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]
 
 
 @given(_problems())
+@settings(max_examples=12)
 def test_random_scatters_agree_on_every_backend(problem) -> None:
     target, update, indices, axis = problem
     g = tg.Graph("scatter")
