@@ -127,6 +127,8 @@ def _probabilities(node: Node, inputs: Sequence[Tensor], q: Tensor, k: Tensor) -
     """softmax(scale q k^T + mask) with rows of no attended key all 0 (the kernel's)."""
     scores = fn.matmul(q, fn.swapaxes(k, -1, -2)) * node.attr("scale")
     length, keys = scores.shape[-2:]
+    if keys == 0:  # no key: the output is 0 and p is empty
+        return scores
     keep = None
     if node.attr("causal"):
         rows, cols = np.arange(length)[:, None], np.arange(keys)[None, :]
