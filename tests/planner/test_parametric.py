@@ -1,0 +1,128 @@
+"""The parametric plan: a symbolic graph compiles to one plan proven for every length in
+its dims' ranges; at any length the arena executor allocates exactly `plan.at(...)`'s
+arena and computes what the reference computes on the graph built with that int."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tensorgraph as tg
+from tensorgraph.planner.parametric import ParametricPlan, sample_dims, verify_parametric
+from tensorgraph.runtime import run_reference
+from tests.strategies import DIMS, feeds, symbolic_graphs
+
+SEQ, KV = DIMS
+
+
+def _lengths(graph: tg.Graph) -> st.SearchStrategy[dict[str, int]]:
+    return st.fixed_dictionaries(
+        {name: st.integers(dim.min, dim.max) for name, dim in graph.dims.items()}
+    )
+
+
+def _same(got: list, expected: list) -> None:
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert np.array_equal(a, b, equal_nan=True)
+
+
+@settings(max_examples=15)
+@given(symbolic_graphs(max_ops=6), st.data())
+def test_a_symbolic_program_runs_every_length_on_arena_as_the_reference_does(
+    built: tuple, data: st.DataObject
+) -> None:
+    graph, rebuild = built
+    prog = tg.compile(graph)
+    assert isinstance(prog.plan, ParametricPlan)
+    verify_parametric(prog.plan, interior=1)
+    for _ in range(2):  # two lengths on one program: nothing of the first call stays
+        lengths = data.draw(_lengths(graph))
+        static = rebuild(lengths.get("seq", SEQ.min), lengths.get("kv", KV.min))
+        inputs, params = feeds(static, seed=sum(lengths.values()))
+        _same(prog.run(inputs, params, backend="arena"), run_reference(static, inputs, params))
+        plan = prog.plan.at(**lengths)
+        assert plan.lower_bound <= plan.arena_size <= prog.plan.upper.arena_size
+        assert plan.arena_size == prog.plan.arena_size(**lengths)
+
+
+def test_the_zoo_llama_over_seq_runs_on_arena_as_its_static_compile_at_each_length() -> None:
+    from tensorgraph.ir.fused import rms_norm
+    from tensorgraph.models.common import Weights
+    from tensorgraph.models.llama import LlamaConfig, layer_weights, llama, llama_block
+
+    c = LlamaConfig(layers=1, dim=64, hidden=192, vocab=128)
+    g = tg.Graph("llama")
+    w = Weights(g, dtype=tg.float32)
+    tokens = g.input("tokens", (c.batch, tg.Dim("seq", min=1, max=256)), tg.int32)
+    h = tg.take(w.normal("embed", (c.vocab, c.dim), fan_in=1), tokens, axis=0)
+    h = llama_block(h, layer_weights(w, "l0.", c.dim, c.hidden), c.heads, eps=c.eps)
+    h = rms_norm(h, w.constant("norm", (c.dim,), 1.0), c.eps)
+    g.output(h @ w.normal("lm_head", (c.dim, c.vocab)))
+    prog = tg.compile(g)
+    verify_parametric(prog.plan)
+    for length in (1, 5, 40, 256):
+        static = tg.compile(llama(c, seq=length).graph)
+        ids = np.random.default_rng(length).integers(0, c.vocab, (c.batch, length))
+        feeds_ = {"tokens": ids.astype(np.int32)}
+        _same(prog.run(feeds_, backend="arena"), static.run(feeds_, backend="arena"))
+        at = prog.plan.at(seq=length)
+        assert at.lower_bound <= at.arena_size <= prog.plan.upper.arena_size
+        assert prog.plan.lower_bound(seq=length) == static.plan.lower_bound or (
+            static.schedule != prog.schedule
+        )
+
+
+def _even_prefix_graph() -> tg.Graph:
+    """exp(x)[: seq // 2 * 2] + 1: at seq's max (even) the sum could be written in place
+    over exp's bytes (same size), at odd lengths it could not."""
+    seq = tg.Dim("seq", min=3, max=8)
+    g = tg.Graph("even")
+    x = g.input("x", (seq,), tg.float32)
+    g.output(tg.narrow(tg.exp(x), 0, 0, seq // 2 * 2) + 1.0)
+    return g
+
+
+def test_reinplacing_that_holds_only_at_some_lengths_is_dropped_and_named() -> None:
+    g = _even_prefix_graph()
+    at_max = tg.compile(g.specialize(seq=8))
+    assert at_max.aliasing.count("inplace") == 1  # the decision the ranges must refuse
+    prog = tg.compile(g)
+    assert prog.aliasing.count("inplace") == 0
+    assert "reinplace" in prog.stats["parametric"]["dropped_analyses"]
+    for length in (3, 4, 7):
+        x = np.linspace(-1, 1, length, dtype=np.float32)
+        (got,) = prog.run({"x": x}, backend="arena")
+        expected = np.exp(x)[: length // 2 * 2] + np.float32(1.0)
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_a_length_outside_the_range_is_named() -> None:
+    prog = tg.compile(_even_prefix_graph())
+    with pytest.raises(tg.RunError, match=r"input 'x': axis 0 has length 9.*seq.*\[3, 8\]"):
+        prog.run({"x": np.zeros(9, np.float32)}, backend="arena")
+    with pytest.raises(tg.PlanError, match=r"dim 'seq' = 2 lies outside seq in \[3, 8\]"):
+        prog.plan.at(seq=2)
+    with pytest.raises(tg.PlanError, match=r"needs a value for seq in \[3, 8\]"):
+        prog.plan.at()
+
+
+def test_the_mlx_backend_refuses_a_symbolic_program_by_name() -> None:
+    prog = tg.compile(_even_prefix_graph())
+    with pytest.raises(tg.RunError, match=r"seq in \[3, 8\].*MLX backend.*'arena'"):
+        prog.run({"x": np.zeros(4, np.float32)}, backend="mlx")
+
+
+def test_the_plan_at_each_length_is_the_orientation_bound_and_never_above_the_max() -> None:
+    prog = tg.compile(_even_prefix_graph())
+    plan = prog.plan
+    assert int(plan.arena_size) == plan.at(seq=8).arena_size <= plan.upper.arena_size
+    assert [d["seq"] for d in sample_dims(plan.dims, interior=1)] == [3, 5, 8]
+    for length in range(3, 9):
+        at = plan.at(seq=length)
+        # exp(x) and the sum are live together: at least both (aligned) at every length
+        assert at.lower_bound == 64 * (-(-4 * length // 64) + -(-4 * (length // 2 * 2) // 64))
+        assert at.lower_bound <= at.arena_size <= plan.arena_size
