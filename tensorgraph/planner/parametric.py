@@ -340,7 +340,8 @@ def range_failures(graph: Graph, aliasing: Aliasing) -> dict[str, str]:
     in symbolic `graph` (empty when all hold): a narrow view or a concat placement needs
     the axes before its axis to have extent 1 at every length, an in-place write the
     byte size of its operand and of the operand's root (through views and earlier
-    in-place writes) at every length (the `statically_known_true` rule: undecided
+    in-place writes), and the element mapping of its other readers of that root, at
+    every length (`_inplace_problem`) (the `statically_known_true` rule: undecided
     counts as failing)."""
     failures: dict[str, str] = {}
     for node_id, alias in aliasing.aliases.items():
@@ -356,16 +357,46 @@ def range_failures(graph: Graph, aliasing: Aliasing) -> dict[str, str]:
             if always(canonical(prefix), "==", 1) is not True:
                 failures.setdefault("copy_elim", f"%{concat.id} concat: {prefix} == 1")
         elif alias.kind == "inplace":
-            root = alias.source  # rule 2: the operand's whole root, through views
-            while root in aliasing.aliases and aliasing.aliases[root].kind != "concat":
-                root = aliasing.aliases[root].source
-            for other in {alias.source, root}:
-                size = graph.node(other).nbytes
-                if always(node.nbytes, "==", size) is not True:
-                    failures.setdefault(
-                        "reinplace", f"%{node_id} {node.op} over %{other}: {node.nbytes} == {size}"
-                    )
+            problem = _inplace_problem(graph, aliasing, node)
+            if problem:
+                failures.setdefault("reinplace", f"%{node_id} {node.op}: {problem}")
     return failures
+
+
+def _root(aliasing: Aliasing, node_id: int) -> int:
+    """The node whose bytes `node_id` lives in through views and in-place writes."""
+    while node_id in aliasing.aliases and aliasing.aliases[node_id].kind != "concat":
+        node_id = aliasing.aliases[node_id].source
+    return node_id
+
+
+def _inplace_problem(graph: Graph, aliasing: Aliasing, node: object) -> str | None:
+    """The condition (as text) that in-place write `node` needs at every length and the
+    ranges do not decide, or None: rule 2, its operand and the operand's root have the
+    node's byte size; rule 4, every other operand reading that root has the node's shape
+    (less leading 1s) extent by extent, so it reads element i where the node writes it."""
+    root = _root(aliasing, aliasing.aliases[node.id].source)
+    for other in (aliasing.aliases[node.id].source, root):
+        size = graph.node(other).nbytes
+        if always(node.nbytes, "==", size) is not True:
+            return f"{node.nbytes} == {size} (%{other})"
+    shape = _without_leading_ones(node.shape)
+    for i in node.inputs:
+        if i == aliasing.aliases[node.id].source or _root(aliasing, i) != root:
+            continue
+        other = _without_leading_ones(graph.node(i).shape)
+        if len(other) != len(shape) or not all(
+            always(a, "==", b) is True for a, b in zip(other, shape, strict=True)
+        ):
+            return f"%{i} {graph.node(i).shape} reads as {node.shape} (rule 4)"
+    return None
+
+
+def _without_leading_ones(shape: tuple) -> tuple:
+    start = 0
+    while start < len(shape) and shape[start] == 1:
+        start += 1
+    return shape[start:]
 
 
 def _slots(graph: Graph, aliasing: Aliasing) -> dict[int, int]:

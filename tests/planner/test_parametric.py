@@ -126,3 +126,16 @@ def test_the_plan_at_each_length_is_the_orientation_bound_and_never_above_the_ma
         # exp(x) and the sum are live together: at least both (aligned) at every length
         assert at.lower_bound == 64 * (-(-4 * length // 64) + -(-4 * (length // 2 * 2) // 64))
         assert at.lower_bound <= at.arena_size <= plan.arena_size
+
+
+def test_saving_a_symbolic_program_is_refused_by_name_and_its_graph_json_recompiles(
+    tmp_path: object,
+) -> None:
+    # Regression: save wrote the plan at the max and load failed on a sympy comparison.
+    prog = tg.compile(_even_prefix_graph())
+    with pytest.raises(tg.SaveError, match=r"symbolic dims \(seq in \[3, 8\]\)"):
+        prog.save(tmp_path / "even.tgp")
+    assert not (tmp_path / "even.tgp").exists()
+    again = tg.compile(tg.Graph.from_json(prog.source.to_json()))
+    x = np.linspace(-1, 1, 5, dtype=np.float32)
+    _same(again.run({"x": x}, backend="arena"), prog.run({"x": x}, backend="arena"))
