@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import tensorgraph as tg
 from tensorgraph.planner.parametric import ParametricPlan, sample_dims, verify_parametric
 from tensorgraph.runtime import run_reference
+from tests.planner.symbolic_models import symbolic_llama
 from tests.strategies import DIMS, feeds, symbolic_graphs
 
 SEQ, KV = DIMS
@@ -50,18 +51,11 @@ def test_a_symbolic_program_runs_every_length_on_arena_as_the_reference_does(
 
 
 def test_the_zoo_llama_over_seq_runs_on_arena_as_its_static_compile_at_each_length() -> None:
-    from tensorgraph.ir.fused import rms_norm
-    from tensorgraph.models.common import Weights
-    from tensorgraph.models.llama import LlamaConfig, layer_weights, llama, llama_block
+    from tensorgraph.models.llama import LlamaConfig, llama
 
     c = LlamaConfig(layers=1, dim=64, hidden=192, vocab=128)
-    g = tg.Graph("llama")
-    w = Weights(g, dtype=tg.float32)
-    tokens = g.input("tokens", (c.batch, tg.Dim("seq", min=1, max=256)), tg.int32)
-    h = tg.take(w.normal("embed", (c.vocab, c.dim), fan_in=1), tokens, axis=0)
-    h = llama_block(h, layer_weights(w, "l0.", c.dim, c.hidden), c.heads, eps=c.eps)
-    h = rms_norm(h, w.constant("norm", (c.dim,), 1.0), c.eps)
-    g.output(h @ w.normal("lm_head", (c.dim, c.vocab)))
+    g = symbolic_llama(c, tg.Dim("seq", min=1, max=256))
+    assert g.specialize(seq=5) == llama(c, seq=5).graph
     prog = tg.compile(g)
     verify_parametric(prog.plan)
     for length in (1, 5, 40, 256):
