@@ -186,6 +186,29 @@ class ParametricPlan:
         at_max = self.at(**self.representative)
         return self.summary() + "\n" + at_max.report(self.graph_at(**self.representative), top)
 
+    def alias_offsets(self) -> dict[int, Extent]:
+        """node id -> the byte offset of its alias as an expression of the dims (a view's
+        `ops.view_offset`, a placement's slot in its concat, 0 in place): `aliasing_at`
+        on the symbolic graph, the same rules `at` evaluates at each length."""
+        at = aliasing_at(self.graph, self.aliasing, self.slots)
+        return {i: _canonical(a.offset) for i, a in at.aliases.items()}
+
+    def offset_expressions(self, orientation: int = 0) -> dict[Hashable, Extent]:
+        """buffer id -> its offset as an expression of the dims under orientation number
+        `orientation`: step 2 of the construction written with sympy's Max and ceiling
+        (`at` evaluates the same recurrence by numbers and takes the orientation with the
+        smallest arena). PlanError when a buffer's size has no expression."""
+        chosen = self.orientations[orientation]
+        missing = [b for b, size in self.sizes.items() if size is None]
+        if missing:
+            raise PlanError(f"buffer {missing[0]} has no size expression (see `sizes`)")
+        offsets: dict[Hashable, Extent] = {}
+        for b in chosen.ranked:
+            ends = [offsets[a] + self.sizes[a] for a in chosen.below[b]]
+            top = sympy.Max(0, *ends) if ends else 0
+            offsets[b] = _canonical(sympy.ceiling(top / self.alignment) * self.alignment)
+        return offsets
+
     def _concrete(self, dims: Mapping[str, int]) -> tuple[Graph, MemoryPlan]:
         values = self.values(dims)
         key = tuple(sorted(values.items()))

@@ -10,7 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorgraph as tg
-from tensorgraph.planner.parametric import ParametricPlan, sample_dims, verify_parametric
+from tensorgraph.planner.parametric import (
+    ParametricPlan,
+    evaluate_orientation,
+    sample_dims,
+    verify_parametric,
+)
 from tensorgraph.runtime import run_reference
 from tests.planner.symbolic_models import symbolic_llama
 from tests.strategies import DIMS, feeds, symbolic_graphs
@@ -133,3 +138,43 @@ def test_saving_a_symbolic_program_is_refused_by_name_and_its_graph_json_recompi
     again = tg.compile(tg.Graph.from_json(prog.source.to_json()))
     x = np.linspace(-1, 1, 5, dtype=np.float32)
     _same(again.run({"x": x}, backend="arena"), prog.run({"x": x}, backend="arena"))
+
+
+def _two_length_graph() -> tg.Graph:
+    """Buffers of sizes growing at different rates in seq (seq, seq*seq, a fixed 64
+    floats) and a narrow view at a seq-dependent offset."""
+    seq = tg.Dim("seq", min=1, max=12)
+    g = tg.Graph("rates")
+    x = g.input("x", (seq, 1), tg.float32)
+    table = g.input("t", (64,), tg.float32)
+    square = tg.exp(x @ tg.reshape(x, (1, seq)))  # (seq, seq)
+    tail = tg.narrow(tg.reshape(square, (seq * seq,)), 0, seq, seq * seq - seq)
+    g.output(tg.sum(tail) + tg.sum(tg.exp(table)) + tg.sum(tg.tanh(x)))
+    return g
+
+
+def test_offsets_are_expressions_that_the_recurrence_evaluates() -> None:
+    prog = tg.compile(_two_length_graph())
+    plan = prog.plan
+    offsets = plan.alias_offsets()
+    seq = plan.dims["seq"]
+    views = [i for i, a in plan.aliasing.aliases.items() if a.kind == "view"]
+    narrow = next(i for i in views if prog.graph.node(i).op == "narrow")
+    assert offsets[narrow] == 4 * seq  # seq floats in: start * 1 * itemsize
+    for k, orientation in enumerate(plan.orientations):
+        expressions = plan.offset_expressions(k)
+        for length in (1, 2, 5, 12):
+            values = plan.size_values({"seq": length})
+            numbers = evaluate_orientation(orientation, values, plan.alignment).offsets
+            at = {
+                b: int(e.subs(seq, length)) if not isinstance(e, int) else e
+                for b, e in expressions.items()
+            }
+            assert at == numbers
+    for length in (1, 5, 12):
+        x = np.linspace(-1, 1, length, dtype=np.float32).reshape(length, 1)
+        t = np.linspace(0, 1, 64, dtype=np.float32)
+        feeds_ = {"x": x, "t": t}
+        static = tg.compile(tg.specialize(prog.source, seq=length))
+        _same(prog.run(feeds_, backend="arena"), static.run(feeds_, backend="arena"))
+        _same(prog.run(feeds_, backend="arena"), run_reference(prog.source, feeds_))
