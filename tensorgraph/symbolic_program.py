@@ -27,12 +27,8 @@ from tensorgraph.errors import PlanError, RunError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.verify import verify
 from tensorgraph.planner.aliasing import analyze_aliasing
-from tensorgraph.planner.parametric import (
-    CACHED_LENGTHS,
-    parametric_plan,
-    range_failures,
-    verify_parametric,
-)
+from tensorgraph.planner.parametric import CACHED_LENGTHS, verify_parametric
+from tensorgraph.planner.parametric_build import parametric_plan, range_failures
 from tensorgraph.planner.plan import plan_memory, state_layout
 
 _PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
