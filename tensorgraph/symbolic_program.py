@@ -61,6 +61,13 @@ def compile_symbolic(graph: Graph, options: object, debug: bool) -> object:
                 raise type(err)(f"after pass {name!r}: {err}") from err
         stats[name] = dict(result.stats)
         rewritten = result.graph
+    if not rewritten.dims:  # the rewrites removed every value that held a dim
+        from attrs import asdict, evolve
+
+        from tensorgraph.compiler import compile
+
+        static = compile(rewritten, **asdict(options, recurse=False), debug=debug)
+        return evolve(static, source=graph)
     representative = {name: d.max for name, d in rewritten.dims.items()}
     at_max = rewritten.specialize(**representative)
     chosen = choose_order(

@@ -178,3 +178,28 @@ def test_offsets_are_expressions_that_the_recurrence_evaluates() -> None:
         static = tg.compile(tg.specialize(prog.source, seq=length))
         _same(prog.run(feeds_, backend="arena"), static.run(feeds_, backend="arena"))
         _same(prog.run(feeds_, backend="arena"), run_reference(prog.source, feeds_))
+
+
+def test_verify_plan_proves_a_parametric_plan_for_its_graph_only() -> None:
+    from tensorgraph.planner.check import verify_plan
+
+    prog = tg.compile(_two_length_graph())
+    verify_plan(prog.graph, prog.plan, prog.aliasing)
+    other = tg.compile(_even_prefix_graph())
+    with pytest.raises(tg.PlanError, match=r"made for another graph"):
+        verify_plan(other.graph, prog.plan, prog.aliasing)
+
+
+def test_a_graph_whose_dims_the_rewrites_remove_compiles_statically() -> None:
+    # Regression: the symbolic path planned a graph with no dims left as parametric.
+    g = tg.Graph("unused")
+    tg.arange(g, tg.Dim("seq", min=1, max=8))  # read by nothing: dce removes it
+    y = g.input("y", (3,), tg.float32)
+    g.output(tg.exp(y))
+    assert g.dims
+    prog = tg.compile(g)
+    assert not prog.graph.dims and not isinstance(prog.plan, ParametricPlan)
+    assert prog.source is g
+    y_np = np.arange(3, dtype=np.float32)
+    (got,) = prog.run({"y": y_np}, backend="arena")
+    np.testing.assert_array_equal(got, np.exp(y_np))
