@@ -79,8 +79,8 @@ class Program:
     `plan` was made for exactly (`graph`, `order`, `aliasing`) and passed `verify_plan`.
     A graph over `tg.Dim`s has a `ParametricPlan` (its `aliasing` the structure at each
     dim's max; `plan.arena_size` and the other MemoryPlan fields read at each dim's max,
-    `plan.at(seq=40)` the concrete plan) and runs at any length in range on the numpy
-    and arena backends (tensorgraph/symbolic_program.py)."""
+    `plan.at(seq=40)` the concrete plan) and runs at any length in range on every
+    backend (tensorgraph/symbolic_program.py)."""
 
     graph: Graph
     order: tuple[int, ...]

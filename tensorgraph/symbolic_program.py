@@ -13,8 +13,11 @@ The pipeline is `compiler`'s, deciding only what holds for every value of the di
 A run reads the dims from the feeds' shapes (`runtime.dim_feeds.bind_dims`: a length
 outside its range is a RunError naming the dim, the value and the range), takes the
 concrete program at those dims (the specialised graph, its aliasing and `plan.at(...)`:
-exactly that arena) and runs it on the numpy or arena backend. The MLX backend for
-symbolic programs is a later step and a RunError saying so.
+exactly that arena) and runs it. On the MLX backend this is the first step of issue 26's
+executors: one static program per length, compiled by the MLX executor on first use and
+kept for the last MLX_CACHED_LENGTHS lengths (each holds its compiled form and its own
+device copy of the bound weights); `mx.compile(shapeless=True)` and a shared weight
+copy are later steps.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 
-from tensorgraph.errors import PlanError, RunError, TensorGraphError
+from tensorgraph.errors import PlanError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.verify import verify
 from tensorgraph.planner.aliasing import analyze_aliasing
@@ -31,6 +34,7 @@ from tensorgraph.planner.parametric import CACHED_LENGTHS, verify_parametric
 from tensorgraph.planner.parametric_build import parametric_plan, range_failures
 from tensorgraph.planner.plan import plan_memory, state_layout
 
+MLX_CACHED_LENGTHS = 4  # concrete programs kept for the MLX backend, per symbolic program
 _PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -127,13 +131,16 @@ def compile_symbolic(graph: Graph, options: object, debug: bool) -> object:
     return Program(ordered, order, aliasing, plan, options, stats, graph)
 
 
-def concrete_program(program: object, dims: Mapping[str, int]) -> object:
+def concrete_program(program: object, dims: Mapping[str, int], *, mlx: bool = False) -> object:
     """The static `Program` of symbolic `program` at `dims`: the specialised graph, its
-    aliasing and `program.plan.at(**dims)` (the last CACHED_LENGTHS kept). PlanError
-    for a dim missing or out of range."""
+    aliasing and `program.plan.at(**dims)`. The last CACHED_LENGTHS are kept for the
+    NumPy backends and, apart (`mlx`), the last MLX_CACHED_LENGTHS for MLX, whose
+    executor keeps a compiled program and the bound weights on the device per program.
+    PlanError for a dim missing or out of range."""
     from tensorgraph.compiler import Program
 
-    cache = _PROGRAMS.setdefault(program, OrderedDict())
+    caches = _PROGRAMS.setdefault(program, {"numpy": OrderedDict(), "mlx": OrderedDict()})
+    cache, bound = (caches["mlx"], MLX_CACHED_LENGTHS) if mlx else (caches["numpy"], CACHED_LENGTHS)
     key = tuple(sorted(program.plan.values(dims).items()))
     if key in cache:
         cache.move_to_end(key)
@@ -144,9 +151,16 @@ def concrete_program(program: object, dims: Mapping[str, int]) -> object:
         graph, program.order, plan.aliasing, plan, program.options, program.stats, program.source
     )
     cache[key] = concrete
-    if len(cache) > CACHED_LENGTHS:
+    if len(cache) > bound:
         cache.popitem(last=False)
     return concrete
+
+
+def cached_lengths(program: object) -> dict[str, list[dict[str, int]]]:
+    """ "numpy" (both NumPy backends) and "mlx" -> the dims of the concrete programs kept
+    for symbolic `program`, least recently used first."""
+    caches = _PROGRAMS.get(program, {"numpy": {}, "mlx": {}})
+    return {name: [dict(key) for key in cache] for name, cache in caches.items()}
 
 
 def run_symbolic(
@@ -160,14 +174,8 @@ def run_symbolic(
     """One run of symbolic `program` at the dims its feeds carry (module docstring)."""
     from tensorgraph.runtime.dim_feeds import bind_dims
 
-    if backend == "mlx":
-        raise RunError(
-            f"graph {program.graph.name!r} has symbolic dims "
-            f"({', '.join(d.describe() for d in program.graph.dims.values())}): the MLX "
-            "backend does not run symbolic programs yet; use backend='arena' or 'numpy', or "
-            "compile tg.specialize(graph, ...) for MLX"
-        )
-    concrete = concrete_program(program, bind_dims(program.graph, inputs, params))
+    dims = bind_dims(program.graph, inputs, params)
+    concrete = concrete_program(program, dims, mlx=backend == "mlx")
     if state is None and program.graph.states:
         state = program.state(backend)
     return concrete.run(inputs, params, backend, state=state, **options)

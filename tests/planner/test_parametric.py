@@ -109,10 +109,22 @@ def test_a_length_outside_the_range_is_named() -> None:
         prog.plan.at()
 
 
-def test_the_mlx_backend_refuses_a_symbolic_program_by_name() -> None:
-    prog = tg.compile(_even_prefix_graph())
-    with pytest.raises(tg.RunError, match=r"seq in \[3, 8\].*MLX backend.*'arena'"):
-        prog.run({"x": np.zeros(4, np.float32)}, backend="mlx")
+def test_mlx_runs_a_symbolic_program_per_length_and_keeps_a_bounded_cache() -> None:
+    from tensorgraph.symbolic_program import MLX_CACHED_LENGTHS, cached_lengths
+
+    prog = tg.compile(_two_length_graph())
+    lengths = (1, 2, 5, 7, 9, 12)
+    for length in lengths:
+        x = np.linspace(-1, 1, length, dtype=np.float32).reshape(length, 1)
+        feeds_ = {"x": x, "t": np.linspace(0, 1, 64, dtype=np.float32)}
+        (got,) = prog.run(feeds_, backend="mlx")
+        (expected,) = run_reference(prog.source, feeds_)
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    kept = cached_lengths(prog)["mlx"]
+    assert [d["seq"] for d in kept] == list(lengths[-MLX_CACHED_LENGTHS:])
+    with pytest.raises(tg.RunError, match=r"axis 0 has length 13.*seq.*\[1, 12\]"):
+        prog.run({"x": np.zeros((13, 1), np.float32), "t": np.zeros(64, np.float32)}, backend="mlx")
 
 
 def test_the_plan_at_each_length_is_the_orientation_bound_and_never_above_the_max() -> None:
