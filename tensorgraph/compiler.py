@@ -22,11 +22,12 @@ from collections.abc import Mapping, Sequence
 
 from attrs import field, frozen
 
-from tensorgraph.errors import GraphError, PlanError, RunError, TensorGraphError
+from tensorgraph.errors import GraphError, PlanError, RunError, SaveError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.verify import verify
 from tensorgraph.planner.aliasing import ANALYSES, Aliasing, analyze_aliasing
 from tensorgraph.planner.footprint import Footprint, footprint
+from tensorgraph.planner.parametric import ParametricPlan
 from tensorgraph.planner.plan import MemoryPlan
 
 DEFAULT_PASSES = ("dce", "cse", "fold", "view_alias", "copy_elim", "reinplace")
@@ -75,12 +76,16 @@ class Program:
     graph after `load`). Executors keep their caches outside the program, keyed by it.
 
     Invariants: `order` is a topological order of `graph` equal to its node order;
-    `plan` was made for exactly (`graph`, `order`, `aliasing`) and passed `verify_plan`."""
+    `plan` was made for exactly (`graph`, `order`, `aliasing`) and passed `verify_plan`.
+    A graph over `tg.Dim`s has a `ParametricPlan` (its `aliasing` the structure at each
+    dim's max; `plan.arena_size` and the other MemoryPlan fields read at each dim's max,
+    `plan.at(seq=40)` the concrete plan) and runs at any length in range on every
+    backend (tensorgraph/symbolic_program.py)."""
 
     graph: Graph
     order: tuple[int, ...]
     aliasing: Aliasing
-    plan: MemoryPlan
+    plan: MemoryPlan | ParametricPlan
     options: CompileOptions
     stats: Mapping[str, Mapping[str, object]] = field(factory=dict)
     source: Graph | None = None
@@ -121,6 +126,10 @@ class Program:
         from tensorgraph.calls import call
 
         check_run_arguments(self.graph, inputs, params, backend, options)
+        if self.graph.dims:
+            from tensorgraph.symbolic_program import run_symbolic
+
+            return run_symbolic(self, inputs, params, backend, state, options)
         return call(self, inputs, params, backend, state, options)
 
     def new_state(self, backend: str = "mlx") -> object:
@@ -149,21 +158,42 @@ class Program:
     def memory(self) -> Footprint:
         """Every byte the program holds (planner/footprint.py): the constant segment by
         kind (float weights by dtype, quantized ones by bits), the state region, the
-        arena, the inputs and outputs, and their total."""
+        arena, the inputs and outputs, and their total. A symbolic program's at each dim's
+        max (the most it holds)."""
+        if self.graph.dims:
+            from tensorgraph.symbolic_program import concrete_program
+
+            return concrete_program(self, self.plan.representative).memory()
         return footprint(self.graph, self.plan)
 
     def report(self) -> str:
-        """The pass statistics and the memory plan's report, as text."""
+        """The pass statistics and the memory plan's report, as text (a symbolic
+        program's: the arena and lower bound at the ranges' ends, then the report of
+        the program at each dim's max)."""
         from tensorgraph.planner.report import format_program_report
 
+        if self.graph.dims:
+            from tensorgraph.symbolic_program import concrete_program
+
+            at_max = concrete_program(self, self.plan.representative)
+            return self.plan.summary() + "\n" + format_program_report(at_max)
         return format_program_report(self)
 
     def save(self, path: str | os.PathLike, state: object | None = None) -> None:
         """Write the program to `path` (see `tensorgraph.program_io`); `tg.load` reads it
         back exactly and runs it without recompiling. With `state` (a State of this
         program), the loaded program's states start from its current values: a training
-        run resumes where it was saved."""
+        run resumes where it was saved. A symbolic program is a SaveError for now (its
+        graph's JSON keeps the dims: save that and recompile)."""
         from tensorgraph.program_io import save
+
+        if self.graph.dims:
+            dims = ", ".join(d.describe() for d in self.graph.dims.values())
+            raise SaveError(
+                f"{os.fspath(path)}: program {self.graph.name!r} has symbolic dims ({dims}); "
+                "program files hold static plans only: save prog.source.to_json() and "
+                "recompile it, or save the compile of tg.specialize(graph, ...)"
+            )
 
         save(self, path, state)
 
@@ -363,22 +393,23 @@ def compile(
     `states` is the state region's (layout, size) when compiling an entry of a
     multi-entry program (None: this graph's own states); `verify_plan` proves its
     states aligned, inside the region and disjoint.
+    A graph with `tg.Dim`s compiles to a Program whose `plan` is a `ParametricPlan`, one
+    plan exact at every length in the dims' ranges (tensorgraph/symbolic_program.py).
     Raises GraphError on an unknown pass or an invalid graph, PlanError on a bad option,
-    a plan that fails verification, or a graph with `tg.Dim`s (the parametric plan is a
-    later step: `tg.specialize` gives the graph at one length)."""
+    a plan that fails verification, or a multi-entry program with a symbolic entry."""
     from tensorgraph.planner.plan import plan_memory
     from tensorgraph.planner.schedule import reorder
     from tensorgraph.planner.schedule import schedule as choose_order
 
-    for entry in graph.values() if isinstance(graph, Mapping) else (graph,):
-        if isinstance(entry, Graph) and entry.dims:
-            dims = ", ".join(d.describe() for d in entry.dims.values())
-            raise PlanError(
-                f"graph {entry.name!r} has symbolic dims ({dims}): symbolic shapes are planned "
-                "by the parametric plan, not yet built; compile tg.specialize(graph, "
-                f"{next(iter(entry.dims))}=...) for one length, or run the symbolic graph on "
-                "the reference interpreter (tensorgraph.runtime.run_reference)"
-            )
+    if isinstance(graph, Mapping):
+        for entry in graph.values():
+            if isinstance(entry, Graph) and entry.dims:
+                dims = ", ".join(d.describe() for d in entry.dims.values())
+                raise PlanError(
+                    f"graph {entry.name!r} has symbolic dims ({dims}): a multi-entry program "
+                    "plans static entries only; compile tg.specialize(graph, "
+                    f"{next(iter(entry.dims))}=...) for one length, or the entry alone"
+                )
     if isinstance(graph, Mapping):
         from tensorgraph.multi import compile_entries
 
@@ -414,6 +445,14 @@ def compile(
     if states is not None:
         _check_state_region(states)
     debug = debug_default() if debug is None else debug
+    if graph.dims:
+        if states is not None:
+            raise PlanError(f"graph {graph.name!r}: a symbolic graph plans its own state region")
+        if not graph.outputs:
+            raise GraphError(f"graph {graph.name!r} has no outputs; call g.output(...)")
+        from tensorgraph.symbolic_program import compile_symbolic
+
+        return compile_symbolic(graph, options, debug)
     verify(graph)
     if not graph.outputs:
         raise GraphError(f"graph {graph.name!r} has no outputs; call g.output(...)")

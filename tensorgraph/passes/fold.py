@@ -27,8 +27,11 @@ small model stays a run-time computation of a folded small value. A generator
 nothing, and as a run-time value its buffer can be reused in place (a KV cache built by
 `zeros` and updated by `slice_update`), which a constant's bytes never can. Folding
 never grows the bytes a graph holds beyond `SMALL_FOLD` per folded value plus
-`GROWTH_SHARE` of its weights. O(n) plus the kernels' own work (and the sets of bound
-values each known value is computed from).
+`GROWTH_SHARE` of its weights. A value whose shape or attributes hold a `tg.Dim` never
+folds: its bytes differ per length, and a constant has one value (the specialised graph
+folds it at its own length, with the same kernels, so outputs agree bit for bit).
+O(n) plus the kernels' own work (and the sets of bound values each known value is
+computed from).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ def _computable(graph: Graph) -> set[int]:
         else:
             bound = (
                 OPS[node.op].pure
+                and not node.symbolic  # its size is an expression: known only per length
                 and node.op not in NEVER_FOLDED
                 and node.nbytes <= COMPILE_FOLD
                 and all(i in known for i in node.inputs)

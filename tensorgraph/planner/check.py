@@ -50,7 +50,18 @@ from tensorgraph.planner.verify import verify_assignment
 
 def verify_plan(graph: Graph, plan: object, aliasing: Aliasing) -> None:
     """Raise PlanError naming the buffers or nodes if `plan` is unsafe for `graph` run in
-    the plan's order with `aliasing` (see the module docstring); None when it is sound."""
+    the plan's order with `aliasing` (see the module docstring); None when it is sound.
+    A `ParametricPlan` (symbolic `graph`) is proven for every value of its dims by
+    `parametric.verify_parametric`, which runs these checks at its sampled lengths."""
+    if getattr(plan, "orientations", None) is not None:
+        from tensorgraph.planner.parametric import verify_parametric
+
+        if plan.graph.nodes != graph.nodes or plan.aliasing != aliasing:
+            raise PlanError(
+                f"graph {graph.name!r}: the parametric plan was made for another graph or aliasing"
+            )
+        verify_parametric(plan)
+        return
     assignment = Assignment(dict(plan.buffer_offsets), plan.arena_size)
     verify_assignment(plan.buffers, assignment, plan.alignment)
     _check_states(graph, plan)

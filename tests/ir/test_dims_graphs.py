@@ -1,7 +1,7 @@
 """Symbolic graphs: a graph built over `tg.Dim`s, specialised at any length in range, is
 the graph the builder makes with that int (inference on expressions agrees with
 inference on ints), the reference interpreter runs it at the length its feeds carry,
-JSON keeps it, and the planner refuses it by name until the parametric plan exists."""
+JSON keeps it, and compile plans it (a multi-entry program refuses it by name)."""
 
 from __future__ import annotations
 
@@ -240,13 +240,11 @@ def test_a_dim_no_input_axis_carries_is_a_run_error() -> None:
     assert run_reference(g.specialize(seq=2), {"x": np.zeros(4, np.float32)})[0].shape == (4,)
 
 
-def test_compile_refuses_a_symbolic_graph_and_says_what_to_do() -> None:
+def test_a_symbolic_multi_entry_program_is_refused_and_says_what_to_do() -> None:
     g = _attention_graph()
-    with pytest.raises(tg.PlanError, match=r"symbolic dims \(seq in \[1, 32\]\).*parametric plan"):
-        tg.compile(g)
-    with pytest.raises(tg.PlanError, match=r"tg.specialize"):
+    with pytest.raises(tg.PlanError, match=r"symbolic dims \(seq in \[1, 32\]\).*tg.specialize"):
         tg.compile({"prefill": g})
-    prog = tg.compile(g.specialize(seq=6))
+    prog = tg.compile(g)
     x = np.random.default_rng(0).standard_normal((1, 2, 6, 8)).astype(np.float32)
     m = np.tril(np.ones((6, 6), bool))[None, None]
     np.testing.assert_array_equal(

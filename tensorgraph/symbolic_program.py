@@ -1,0 +1,181 @@
+"""Symbolic programs: `compile` of a graph over `tg.Dim`s, and its runs at any length.
+
+The pipeline is `compiler`'s, deciding only what holds for every value of the dims:
+
+    rewrites (dce -> cse -> fold) on the symbolic graph   fold leaves symbolic values
+    -> schedule of the graph at each dim's max           the cost model's stated length
+    -> alias analysis at each dim's max, kept only where it holds for every length
+       (`parametric.range_failures`: an analysis with an alias the ranges do not decide
+       is dropped, and the statistics name it and the condition)
+    -> the static plan at each dim's max -> the parametric plan oriented by it
+    -> the plan's orientation proven and checked at the ranges' corners
+
+A run reads the dims from the feeds' shapes (`runtime.dim_feeds.bind_dims`: a length
+outside its range is a RunError naming the dim, the value and the range), takes the
+concrete program at those dims (the specialised graph, its aliasing and `plan.at(...)`:
+exactly that arena) and runs it. On the MLX backend this is the first step of issue 26's
+executors: one static program per length, compiled by the MLX executor on first use and
+kept for the last MLX_CACHED_LENGTHS lengths (each holds its compiled form and its own
+device copy of the bound weights); `mx.compile(shapeless=True)` and a shared weight
+copy are later steps.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping
+
+from tensorgraph.errors import PlanError, TensorGraphError
+from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.verify import verify
+from tensorgraph.planner.aliasing import analyze_aliasing
+from tensorgraph.planner.parametric import CACHED_LENGTHS, verify_parametric
+from tensorgraph.planner.parametric_build import parametric_plan, range_failures
+from tensorgraph.planner.plan import plan_memory, state_layout
+
+MLX_CACHED_LENGTHS = 4  # concrete programs kept for the MLX backend, per symbolic program
+_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def compile_symbolic(graph: Graph, options: object, debug: bool) -> object:
+    """The `Program` of symbolic `graph` under `options` (a CompileOptions), whose
+    `plan` is a `ParametricPlan` (see the module docstring). PlanError for a state whose
+    shape holds a dim (the state region is fixed across calls)."""
+    from tensorgraph.compiler import Program
+    from tensorgraph.passes import REWRITES
+    from tensorgraph.planner.schedule import reorder
+    from tensorgraph.planner.schedule import schedule as choose_order
+
+    verify(graph)
+    for node in graph.states:
+        if node.symbolic:
+            raise PlanError(
+                f"state {node.name!r} has shape {node.shape}: a state's bytes persist across "
+                "calls, so its shape must be static"
+            )
+    stats: dict[str, dict[str, object]] = {}
+    rewritten = graph
+    for name in options.rewrites:
+        result = REWRITES[name](rewritten)
+        if debug:
+            try:
+                verify(result.graph)
+            except TensorGraphError as err:
+                raise type(err)(f"after pass {name!r}: {err}") from err
+        stats[name] = dict(result.stats)
+        rewritten = result.graph
+    if not rewritten.dims:  # the rewrites removed every value that held a dim
+        from attrs import asdict, evolve
+
+        from tensorgraph.compiler import compile
+
+        static = compile(rewritten, **asdict(options, recurse=False), debug=debug)
+        return evolve(static, source=graph)
+    representative = {name: d.max for name, d in rewritten.dims.items()}
+    at_max = rewritten.specialize(**representative)
+    chosen = choose_order(
+        at_max,
+        options.schedule,
+        alignment=options.alignment,
+        analyses=options.analyses,
+        params_in_arena=options.params_in_arena,
+        tail_guard=options.tail_guard,
+        budget=options.schedule_budget,
+        time_limit=options.time_limit,
+    )
+    order = chosen.order
+    ordered, ordered_at_max = reorder(rewritten, order), reorder(at_max, order)
+    stats["schedule"] = {
+        "strategy": chosen.strategy,
+        "program_peak": chosen.program_peak,
+        "chosen_peak": chosen.peak,
+        "work": chosen.work,
+        "cut_short": chosen.cut_short,
+        "at": representative,
+    }
+    analyses, dropped = options.analyses, {}
+    while True:
+        aliasing = analyze_aliasing(ordered_at_max, order, analyses, alignment=options.alignment)
+        failures = range_failures(ordered, aliasing)
+        if not failures:
+            break
+        dropped.update(failures)
+        analyses = tuple(a for a in analyses if a not in failures)
+    states = state_layout([ordered_at_max], options.alignment)
+    upper = plan_memory(
+        ordered_at_max,
+        order,
+        aliasing,
+        algorithm=options.planner,
+        alignment=options.alignment,
+        budget=options.planner_budget,
+        time_limit=options.time_limit,
+        params_in_arena=options.params_in_arena,
+        tail_guard=options.tail_guard,
+        states=states,
+    )
+    plan = parametric_plan(
+        ordered,
+        order,
+        aliasing,
+        upper,
+        at_max=ordered_at_max,
+        params_in_arena=options.params_in_arena,
+        tail_guard=options.tail_guard,
+        states=states,
+    )
+    verify_parametric(plan, interior=1 if debug else 0)
+    stats["plan"] = {"algorithm": f"parametric ({options.planner} at the max)"}
+    stats["parametric"] = {"representative": representative, "dropped_analyses": dropped}
+    return Program(ordered, order, aliasing, plan, options, stats, graph)
+
+
+def concrete_program(program: object, dims: Mapping[str, int], *, mlx: bool = False) -> object:
+    """The static `Program` of symbolic `program` at `dims`: the specialised graph, its
+    aliasing and `program.plan.at(**dims)`. The last CACHED_LENGTHS are kept for the
+    NumPy backends and, apart (`mlx`), the last MLX_CACHED_LENGTHS for MLX, whose
+    executor keeps a compiled program and the bound weights on the device per program.
+    PlanError for a dim missing or out of range."""
+    from tensorgraph.compiler import Program
+
+    caches = _PROGRAMS.setdefault(program, {"numpy": OrderedDict(), "mlx": OrderedDict()})
+    cache, bound = (caches["mlx"], MLX_CACHED_LENGTHS) if mlx else (caches["numpy"], CACHED_LENGTHS)
+    key = tuple(sorted(program.plan.values(dims).items()))
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    graph = program.plan.graph_at(**dims)
+    plan = program.plan.at(**dims)
+    concrete = Program(
+        graph, program.order, plan.aliasing, plan, program.options, program.stats, program.source
+    )
+    cache[key] = concrete
+    if len(cache) > bound:
+        cache.popitem(last=False)
+    return concrete
+
+
+def cached_lengths(program: object) -> dict[str, list[dict[str, int]]]:
+    """ "numpy" (both NumPy backends) and "mlx" -> the dims of the concrete programs kept
+    for symbolic `program`, least recently used first."""
+    caches = _PROGRAMS.get(program, {"numpy": {}, "mlx": {}})
+    return {name: [dict(key) for key in cache] for name, cache in caches.items()}
+
+
+def run_symbolic(
+    program: object,
+    inputs: Mapping[str, object],
+    params: Mapping[str, object] | None,
+    backend: str,
+    state: object | None,
+    options: Mapping[str, object],
+) -> list:
+    """One run of symbolic `program` at the dims its feeds carry (module docstring)."""
+    from tensorgraph.runtime.dim_feeds import bind_dims
+
+    dims = bind_dims(program.graph, inputs, params)
+    concrete = concrete_program(program, dims, mlx=backend == "mlx")
+    if state is None and program.graph.states:
+        state = program.state(backend)
+    return concrete.run(inputs, params, backend, state=state, **options)
