@@ -27,8 +27,15 @@ import numpy as np
 
 
 def mlx_weights(model: object) -> dict[str, mx.array]:
-    """Every tensor of `model.state_dict()` as an mx.array, evaluated."""
-    weights = {k: mx.array(v.detach().float().numpy()) for k, v in model.state_dict().items()}
+    """Every tensor of `model.state_dict()` as an mx.array, evaluated; names of one
+    storage (tied embeddings) share one array, as mlx-lm's models tie them."""
+    converted: dict[tuple, mx.array] = {}
+    weights = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+        if key not in converted:
+            converted[key] = mx.array(tensor.detach().float().numpy())
+        weights[name] = converted[key]
     mx.eval(weights)
     return weights
 
