@@ -9,9 +9,10 @@ pre and post norms around attention and MLP, gelu-tanh, attention and final logi
 soft-capping; global attention only: its sliding windows are left out, so the
 transformers model must be configured with full-attention layers). Its KV cache is
 preallocated per layer, (batch, kv heads, max_seq, head dim), written with
-mx.slice_update: `prefill` attends causally over the prompt's rows, `decode` is one
+mx.slice_update: `prefill` attends causally over the prompt's rows; `decode` is one
 mx.compile'd step with the position as an mx.array and a bool mask over the whole
-cache (shape-stable, traced once), as benches/bench_generate.py's compiled contender.
+cache (shape-stable, traced once), as benches/bench_generate.py's compiled contender;
+`decode_eager` is mlx-lm's uncompiled step over the rows written so far.
 `WhisperEncoder` and `WhisperDecoder` follow mlx-examples' whisper: two convolutions and
 pre-norm blocks; the decoder here runs a whole token prefix against the encoder's
 states without a cache (the first decoder call of a transcription).
@@ -102,7 +103,8 @@ class DecoderLM:
         scores = _softcap(q @ keys[:, :, None].swapaxes(-1, -2), self.attn_cap)
         if isinstance(mask, str):
             mask = mx.tril(mx.ones((rows, keys.shape[2]), mx.bool_))
-        scores = mx.where(mask, scores, -mx.inf)
+        if mask is not None:
+            scores = mx.where(mask, scores, -mx.inf)
         out = mx.softmax(scores, axis=-1, precise=True) @ values[:, :, None]
         return out.reshape(b, self.heads, rows, d)
 
@@ -111,9 +113,10 @@ class DecoderLM:
         act = nn.gelu_approx(gate) if self.gemma else nn.silu(gate)
         return _linear(act * _linear(x, self.w, f"{p}.mlp.up_proj"), self.w, f"{p}.mlp.down_proj")
 
-    def _forward(self, ids: mx.array, caches: list, offset, start, mask, causal_rows: bool):
-        """Last-row logits and the updated caches. With `causal_rows` the queries attend
-        to their own rows only (a prompt at position 0), else to the whole cache."""
+    def _forward(self, ids: mx.array, caches: list, offset, start, mask, rows: int | None):
+        """Last-row logits and the updated caches. The queries attend to the cache's
+        first `rows` rows, or with `rows` None to their own rows only (a prompt at
+        position 0)."""
         c, w, new = self.c, self.w, []
         h = w["model.embed_tokens.weight"][ids]
         if self.gemma:
@@ -131,7 +134,9 @@ class DecoderLM:
             k_cache = mx.slice_update(caches[2 * i], k, start, axes=(2,))
             v_cache = mx.slice_update(caches[2 * i + 1], v, start, axes=(2,))
             new += [k_cache, v_cache]
-            keys, values = (k, v) if causal_rows else (k_cache, v_cache)
+            keys, values = (k, v) if rows is None else (k_cache, v_cache)
+            if rows is not None and rows < self.max_seq:
+                keys, values = keys[:, :, :rows], values[:, :, :rows]
             out = self._attend(q, keys, values, mask)
             out = _linear(out.transpose(0, 2, 1, 3).reshape(*h.shape[:2], -1), w,
                           f"{p}.self_attn.o_proj")  # fmt: skip
@@ -148,18 +153,26 @@ class DecoderLM:
     def prefill(self, ids: np.ndarray) -> mx.array:
         """Logits (batch, vocab) of the prompt's last token; its k/v fill rows 0..n-1."""
         logits, self.caches = self._forward(
-            mx.array(ids), self.caches, 0, mx.array([0]), "causal", True
+            mx.array(ids), self.caches, 0, mx.array([0]), "causal", None
         )
         return logits
 
     def _masked_step(self, token: mx.array, pos: mx.array, *caches: mx.array):
         mask = (mx.arange(self.max_seq) <= pos).reshape(1, self.max_seq)
-        logits, new = self._forward(token, list(caches), pos, pos, mask, False)
+        logits, new = self._forward(token, list(caches), pos, pos, mask, self.max_seq)
         return (logits, *new)
 
     def decode(self, token: np.ndarray, pos: int) -> mx.array:
         """Logits (batch, vocab) of `token` (batch, 1) at position `pos`: one compiled step."""
         logits, *self.caches = self.step(mx.array(token), mx.array([pos]), *self.caches)
+        return logits
+
+    def decode_eager(self, token: np.ndarray, pos: int) -> mx.array:
+        """mlx-lm's step: uncompiled, attending to the rows written so far (a shape that
+        grows), no mask."""
+        logits, self.caches = self._forward(
+            mx.array(token), self.caches, pos, mx.array([pos]), None, pos + 1
+        )
         return logits
 
 

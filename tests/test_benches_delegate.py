@@ -105,6 +105,5 @@ def test_decode_contenders_give_transformers_tokens(family: str) -> None:
         tokens = result[name][0]
         assert tokens.shape == (1, 6), name
         np.testing.assert_array_equal(tokens[:, : want.shape[1]], want, err_msg=name)
-    np.testing.assert_array_equal(
-        result[families.CONTENDERS[0]][0], result[families.CONTENDERS[1]][0]
-    )
+    for name in families.CONTENDERS[1:]:  # the hand-written loops: tensorgraph's tokens
+        np.testing.assert_array_equal(result[name][0], result[families.CONTENDERS[0]][0])
