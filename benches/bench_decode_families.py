@@ -1,0 +1,177 @@
+"""Decode speed per transformers family: tensorgraph's `generate` (default MLX mode) on a
+`from_torch_generation` import against a hand-written MLX decode loop of the same
+weights (benches/mlx_handwritten.py: a preallocated cache written by mx.slice_update,
+one mx.compile'd step with the position as an mx.array, as bench_generate.py's compiled
+contender; and mlx-lm's uncompiled step over the rows written so far), for Llama, Qwen2
+and Gemma 2 at one small config. The ratio is against the faster hand-written loop.
+
+Gemma 2 is configured with full-attention layers only (`layer_types`) and a
+sliding_window of max_seq, so its attention is global on both sides (its sliding-window
+cache does not import yet, issue 25 item 2); its soft-capping, pre/post norms, (1 + w)
+norms, gelu-tanh and scaled embeddings are all there. Whisper's decoder joins once an
+encoder-decoder generation import lands: register its contenders in ENCODER_DECODERS.
+
+Every contender must produce transformers' own greedy tokens (`model.generate`, compared
+up to where it stops at its EOS). Decode tokens/s is the best of `--runs` interleaved
+rounds after a warm-up round, each round one greedy run of `--tokens` tokens (the
+decode loop: tokens - 1 steps, each ending with the pick on the host).
+
+    PYTHONPATH=. python benches/bench_decode_families.py [--families llama,qwen2,gemma2]
+        [--tokens 64] [--prompt-len 20] [--runs 10] [--size default|tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tensorgraph.codegen_mlx import blas_info  # first: loads OpenBLAS before mlx.core
+
+# isort: split
+import mlx.core as mx
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mlx_handwritten import DecoderLM
+
+import tensorgraph as tg
+from tensorgraph.importers.generation import from_torch_generation
+from tensorgraph.importers.torch_compat import import_transformers
+from tensorgraph.models.generation import generate
+
+SIZES = {
+    "default": dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=2,
+                    num_attention_heads=8, num_key_value_heads=2, head_dim=64, vocab_size=512),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128),
+}  # fmt: skip
+CONFIGS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "gemma2": "Gemma2Config"}
+# Encoder-decoder families: name -> a function with `contenders`' signature and result
+# (transformers' tokens, {contender: run}), for the encoder-decoder generation import and
+# a hand-written decode loop over its self-attention cache and cross-attention keys and
+# values. Whisper's decoder goes here once its generation import is on this branch.
+ENCODER_DECODERS: dict[str, Callable[[str, str, np.ndarray, int], tuple]] = {}
+MAX_SEQ, BUCKET = 256, 32
+
+
+def build_model(family: str, size: str, max_seq: int = MAX_SEQ) -> torch.nn.Module:
+    """The transformers causal LM of `family` at `size`, seeded random weights, eval."""
+    transformers = import_transformers()
+    extra: dict[str, object] = {"max_position_embeddings": max_seq}
+    if family == "gemma2":
+        layers = SIZES[size]["num_hidden_layers"]
+        extra |= {"sliding_window": max_seq, "layer_types": ["full_attention"] * layers}
+    config = getattr(transformers, CONFIGS[family])(**SIZES[size], **extra)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def transformers_tokens(model: torch.nn.Module, prompt: np.ndarray, tokens: int) -> np.ndarray:
+    """transformers' greedy new tokens (fewer when it stops at its EOS)."""
+    with torch.no_grad():
+        out = model.generate(
+            torch.from_numpy(prompt.astype(np.int64)), max_new_tokens=tokens, do_sample=False
+        )
+    return out[:, prompt.shape[1] :].numpy().astype(np.int32)
+
+
+def hand_generate(model: DecoderLM, prompt: np.ndarray, tokens: int, compiled: bool):
+    """(token ids, decode seconds) of one greedy run of a hand-written loop."""
+    model.reset()
+    out = [np.asarray(mx.argmax(model.prefill(prompt), axis=-1)).astype(np.int32)]
+    decode = model.decode if compiled else model.decode_eager
+    began = time.perf_counter()
+    for step in range(1, tokens):
+        logits = decode(out[-1][:, None], prompt.shape[1] + step - 1)
+        out.append(np.asarray(mx.argmax(logits, axis=-1)).astype(np.int32))
+    return np.stack(out, axis=1), time.perf_counter() - began
+
+
+def tg_generate(program: object, prompt: np.ndarray, tokens: int):
+    """(token ids, decode seconds) of one greedy `generate` (default MLX mode)."""
+    result = generate(program, prompt, tokens, backend="mlx")
+    return result.tokens, result.decode_seconds
+
+
+CONTENDERS = ("tensorgraph generate (mlx)", "hand-written mx.compile", "hand-written eager")
+
+
+def contenders(family: str, size: str, prompt: np.ndarray, tokens: int):
+    """(transformers' tokens, {contender: run() -> (tokens, decode seconds)})."""
+    model = build_model(family, size)
+    program = tg.compile(from_torch_generation(model, max_seq=MAX_SEQ, prompt_buckets=(BUCKET,)))
+    hand = DecoderLM(model, MAX_SEQ)
+    runs = {
+        CONTENDERS[0]: lambda: tg_generate(program, prompt, tokens),
+        CONTENDERS[1]: lambda: hand_generate(hand, prompt, tokens, True),
+        CONTENDERS[2]: lambda: hand_generate(hand, prompt, tokens, False),
+    }
+    return transformers_tokens(model, prompt, tokens), runs
+
+
+def agrees(got: np.ndarray, want: np.ndarray) -> bool:
+    """`got` starts with transformers' tokens `want` (which may stop early at EOS)."""
+    return got.shape[1] >= want.shape[1] and np.array_equal(got[:, : want.shape[1]], want)
+
+
+def best_of(runs: dict, count: int) -> dict:
+    """Each contender's fastest of `count` interleaved rounds, after one warm-up round."""
+    for run in runs.values():
+        run()
+    best: dict = {}
+    for _ in range(count):
+        for name, run in runs.items():
+            result = run()
+            if name not in best or result[1] < best[name][1]:
+                best[name] = result
+    return best
+
+
+def compare(family: str, size: str, prompt_len: int, tokens: int, runs: int) -> dict:
+    """{"reference": transformers' tokens, contender: (tokens, best decode seconds)}."""
+    prompt = np.random.default_rng(0).integers(3, SIZES[size]["vocab_size"], (1, prompt_len))
+    make = ENCODER_DECODERS.get(family, contenders)
+    reference, calls = make(family, size, prompt.astype(np.int32), tokens)
+    return {"reference": reference, **best_of(calls, runs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--families", default=",".join((*CONFIGS, *ENCODER_DECODERS)))
+    parser.add_argument("--size", choices=tuple(SIZES), default="default")
+    parser.add_argument("--prompt-len", type=int, default=20)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    mx.set_default_device(mx.cpu)
+    s = SIZES[args.size]
+    print(
+        f"{args.size}: {s['num_hidden_layers']} layers, hidden {s['hidden_size']}, "
+        f"{s['num_attention_heads']} heads / {s['num_key_value_heads']} kv heads x "
+        f"{s['head_dim']}, mlp {s['intermediate_size']}, vocab {s['vocab_size']}; max_seq "
+        f"{MAX_SEQ}, prompt {args.prompt_len} (bucket {BUCKET}), {args.tokens} new tokens, "
+        f"best of {args.runs}; MLX cpu; {blas_info()}"
+    )
+    print(
+        f"{'family':<8} {'tg tok/s':>9} {'compiled':>9} {'eager':>9} {'tg/best hand':>12} "
+        f"{'tokens agree':>13}"
+    )
+    steps = args.tokens - 1
+    for family in args.families.split(","):
+        result = compare(family, args.size, args.prompt_len, args.tokens, args.runs)
+        ours, compiled, eager = (result[n][1] for n in CONTENDERS)
+        agree = all(agrees(result[n][0], result["reference"]) for n in CONTENDERS)
+        print(
+            f"{family:<8} {steps / ours:>9.1f} {steps / compiled:>9.1f} {steps / eager:>9.1f} "
+            f"{min(compiled, eager) / ours:>12.3f} {'yes' if agree else 'NO':>13}"
+        )
+    if "whisper" not in ENCODER_DECODERS:
+        print("whisper decoder: not measured (no encoder-decoder generation import here)")
+
+
+if __name__ == "__main__":
+    main()
