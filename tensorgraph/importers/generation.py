@@ -28,7 +28,8 @@ Every row of a batch shares `position` and `length`. A write past the cache (pos
 rows > max_seq) is a RunError at run time (the cache write's start check). How the
 exported program writes the cache, and so what the importer maps: at the start of a
 call every `cumulative_length_{i}` is set to `position` (written and never read back:
-dropped); the cache rows go through
+dropped), and the positions `arange(L) + position` are passed as `position_ids` where
+the model takes them; the cache rows go through
 `keys.index_copy_(2, arange(L) + position, k)`, which Core ATen spells
 `index_put(keys, [None, None, positions], k)` and the importer maps to a `slice_update`
 at `position` (the rows are that contiguous run: `patterns.first_row`); the attention
@@ -39,6 +40,7 @@ repeat_kv, an expand + reshape) read the unrepeated cache (`patterns.grouped_hea
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 from tensorgraph.errors import GraphError
@@ -62,10 +64,10 @@ class _StaticCacheLM(torch.nn.Module):
     def __init__(self, model: torch.nn.Module, batch: int, max_seq: int) -> None:
         super().__init__()
         from transformers.cache_utils import StaticCache, StaticLayer
-        from transformers.configuration_utils import get_head_shapes
 
         config = model.config.get_text_config()
         self.model = model
+        self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
         self.cache = StaticCache(max_cache_len=max_seq, config=config)
         plain = all(type(layer) is StaticLayer for layer in self.cache.layers)
         if not plain:
@@ -74,8 +76,8 @@ class _StaticCacheLM(torch.nn.Module):
                 f"from_torch_generation: {type(model).__name__}'s cache has layers {kinds}; "
                 "only full-attention StaticLayer caches import (no sliding windows)"
             )
-        heads, head_dim = get_head_shapes(config)
         device = next(model.parameters()).device
+        heads, head_dim = _written_head_shapes(model, batch, device)
         self.cache.early_initialization(batch, heads, head_dim, model.dtype, device)
         for i, layer in enumerate(self.cache.layers):
             self.register_buffer(f"key_cache_{i}", layer.keys, persistent=False)
@@ -96,6 +98,12 @@ class _StaticCacheLM(torch.nn.Module):
         for layer in self.cache.layers:
             layer.cumulative_length.copy_(position)
         keep = {} if length is None else {"logits_to_keep": (length - 1).reshape(1)}
+        # Explicit positions, (1, L) as Llama makes its own: a model that derives them
+        # otherwise (OPT: a cumsum over a mask as long as the cache's data-dependent
+        # length) exports with static shapes only when given them.
+        if self.takes_positions:
+            rows = torch.arange(input_ids.shape[1], dtype=torch.int64) + position
+            keep["position_ids"] = rows.unsqueeze(0)
         out = self.model(
             input_ids=input_ids,
             attention_mask=None,
@@ -104,6 +112,22 @@ class _StaticCacheLM(torch.nn.Module):
             **keep,
         )
         return out.logits
+
+
+def _written_head_shapes(
+    model: torch.nn.Module, batch: int, device: torch.device
+) -> tuple[list[int], list[int]]:
+    """Per layer, the kv heads and head dim of what the model writes to its cache, from
+    one eager call on a token (into a throwaway DynamicCache). The config's figures
+    (transformers' get_head_shapes) are not always what the layers write: a multi-query
+    Falcon writes 1 head whatever its num_kv_heads says, and a StaticCache sized from the
+    config fails the first index_copy_."""
+    with torch.no_grad():
+        out = model(
+            input_ids=torch.zeros(batch, 1, dtype=torch.int64, device=device), use_cache=True
+        )
+    layers = out.past_key_values.layers
+    return [layer.keys.shape[1] for layer in layers], [layer.keys.shape[-1] for layer in layers]
 
 
 def from_torch_generation(

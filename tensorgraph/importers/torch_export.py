@@ -253,8 +253,11 @@ class _Importer:
     ) -> list[tuple[torch.fx.Node | None, object]]:
         """Map the call_function nodes of `module.graph` (placeholders already in
         `values`); returns its output nodes with their values."""
+        checked_only = _read_by_checks_only(module.graph)
         for node in module.graph.nodes:
-            if node.op == "call_function":
+            if node.name in checked_only:
+                values[node.name] = None
+            elif node.op == "call_function":
                 values[node.name] = self.call(module, node, values)
             elif node.op == "get_attr":
                 values[node.name] = getattr(module, node.target)
@@ -313,6 +316,27 @@ class _Importer:
             dtype = DTYPES.get(meta.dtype, tg.float32)
             return self.graph.input(f"__unimported_{name}", shape, dtype)
         return None
+
+
+def _read_by_checks_only(graph: torch.fx.Graph) -> set[str]:
+    """Names of the call_function nodes whose value reaches nothing but the dropped
+    assertions (`_DROPPED`), directly or through other such nodes: e.g. an int that
+    `.item()` (`_local_scalar_dense`) reads only for export's runtime check `u0 >= 0`,
+    left by a tensor the model builds and never uses (OPT's position mask when it is
+    given position_ids). The checks are dropped, so these compute nothing that is kept;
+    importing them would fail on their data-dependent shapes for no output. A node with
+    no users at all is not one (it is imported as before)."""
+    checked_only: set[str] = set()
+    for node in reversed(graph.nodes):
+        if node.op != "call_function" or not node.users:
+            continue
+        if all(
+            user.name in checked_only
+            or (user.op == "call_function" and op_name(user.target) in _DROPPED)
+            for user in node.users
+        ):
+            checked_only.add(node.name)
+    return checked_only
 
 
 def _check_result(result: object, meta: object) -> str:
