@@ -2,7 +2,9 @@
 
 `from_torch(module, example_inputs)` runs three steps, and a failure in any of them is a
 GraphError that names the step:
-1. export: `torch.export.export` (torch's own error is kept as the cause);
+1. export: `torch.export.export` (torch's own error is kept as the cause), with the
+   modules it cannot trace (Switch Transformers' experts and router) swapped for the
+   stand-ins of `importers.stand_ins` while it runs;
 2. decompositions: `ExportedProgram.run_decompositions(decomposition_table())`, torch's
    Core ATen table minus the composite ops tensorgraph has fused ops for (attention and
    the normalisations), which stay whole; this also functionalises the program, so no
@@ -66,6 +68,7 @@ from tensorgraph.importers.aten import (
     static_shape,
     to_dtype,
 )
+from tensorgraph.importers.stand_ins import stand_ins
 
 __all__ = [
     "ATEN",
@@ -93,8 +96,14 @@ FUSED_COMPOSITES = (
     "group_norm",
     "native_group_norm",
 )
-# Nodes that carry no computation: shape/dtype assertions the export inserts.
-_DROPPED = ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size")
+# Nodes that carry no computation: shape/dtype assertions the export inserts, and the
+# value checks of decompositions (one_hot's `_assert_async`: indices within the classes).
+_DROPPED = (
+    "_assert_tensor_metadata",
+    "_assert_scalar",
+    "_assert_async",
+    "sym_constrain_range_for_size",
+)
 # Keyword arguments about placement only: every tensorgraph buffer is dense, row-major and
 # on the backend's device, so these never change a value.
 _PLACEMENT = ("device", "layout", "pin_memory", "memory_format", "non_blocking")
@@ -137,7 +146,8 @@ def from_torch(
             f"(or one tensor) but got {type(example_inputs).__name__}"
         )
     try:
-        program = torch.export.export(module, tuple(example_inputs))
+        with stand_ins(module):
+            program = torch.export.export(module, tuple(example_inputs))
     except Exception as err:
         raise GraphError(f"importing {name!r} failed at step 'export': {_first_line(err)}") from err
     return from_exported(program, name)

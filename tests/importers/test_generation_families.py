@@ -1,13 +1,17 @@
-"""The causes that kept OPT and Falcon from generating, one small test each (tiny
-configs with random weights; the every-family test of test_generation_import.py runs
-the CLI's configs, slow-marked):
+"""The causes that kept OPT and Falcon from generating and Switch Transformers from
+importing, one small test each (tiny configs with random weights; the every-family test
+of test_generation_import.py runs the CLI's configs, slow-marked):
 
 - OPT derives its positions from a cumsum over a mask as long as the cache's
   data-dependent length: from_torch_generation passes `position_ids`, and the importer
   leaves out what only export's runtime checks read (the mask's length, an `.item()`);
 - a multi-query Falcon writes one kv head whatever its config says: the cache takes its
   shapes from what the model writes;
-- Falcon's config derives head_dim (a property): `hf:falcon` shrinks the rest.
+- Falcon's config derives head_dim (a property): `hf:falcon` shrinks the rest;
+- Switch Transformers' experts loop over the experts that got a token and its router
+  casts a Linear in forward, both inside torch.export: `importers.stand_ins` swaps in
+  traceable modules computing the same values for the export (a tiny sparse MLP here;
+  the whole model is an outside model of tests/models_suite).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ pytest.importorskip("transformers", reason="the models extra is not installed")
 
 import tensorgraph as tg  # noqa: E402
 from tensorgraph.importers.generation import from_torch_generation  # noqa: E402
+from tensorgraph.importers.stand_ins import stand_ins  # noqa: E402
 from tensorgraph.models.generation import generate  # noqa: E402
 from tests.importers.test_generation_import import (  # noqa: E402
     assert_same_tokens,
@@ -108,3 +113,45 @@ def test_hf_config_shrinks_falcon_around_its_derived_head_dim() -> None:
     config = _hf_config(_transformers(), argparse.Namespace(model="hf:falcon", max_seq=32))
     assert config.num_kv_heads == 2 and config.hidden_size == HF_SMALL["hidden_size"]
     assert config.head_dim == HF_SMALL["hidden_size"] // HF_SMALL["num_attention_heads"]
+
+
+@pytest.fixture(scope="module")
+def switch_mlp() -> torch.nn.Module:
+    """One Switch sparse MLP: 4 experts with room for 2 tokens each (of 12: some dropped)."""
+    from transformers.models.switch_transformers import modeling_switch_transformers as switch
+
+    transformers = _transformers()
+    torch.manual_seed(0)
+    config = transformers.SwitchTransformersConfig(
+        d_model=16, d_ff=32, num_experts=4, expert_capacity=2, router_jitter_noise=0.0
+    )
+    return switch.SwitchTransformersSparseMLP(config).eval()
+
+
+def test_switch_stand_ins_compute_the_loop_values_dropped_tokens_included(switch_mlp) -> None:
+    x = torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(1))
+    experts, classifier = switch_mlp.experts, switch_mlp.router.classifier
+    with torch.no_grad():
+        dispatch, _, _ = switch_mlp.router(x)
+        want = switch_mlp(x)
+        with stand_ins(switch_mlp) as swapped:
+            assert swapped == 2  # the experts and the router's classifier
+            assert switch_mlp.experts is not experts
+            got = switch_mlp(x)
+    dropped = dispatch.sum(-1) == 0
+    assert 0 < int(dropped.sum()) < 12  # capacity 2 x 4 experts < 12 tokens
+    assert torch.all(want[dropped] == 0)  # a dropped token's output is 0 in both
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert switch_mlp.experts is experts and switch_mlp.router.classifier is classifier
+
+
+def test_switch_sparse_mlp_imports_and_matches_torch(switch_mlp) -> None:
+    x = torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = switch_mlp(x).numpy()
+    graph = tg.from_torch(switch_mlp, (x,))
+    assert "gather_mm" in {node.op for node in graph.nodes}
+    prog = tg.compile(graph)
+    for backend in BACKENDS:
+        (got,) = prog.run({graph.inputs[0].name: x.numpy()}, backend=backend)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6, err_msg=backend)
