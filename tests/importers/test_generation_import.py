@@ -260,6 +260,10 @@ FAMILIES = (
     "granite",
     "mixtral",
     "olmoe",
+    "opt",
+    "falcon",
+    "qwen2_moe",
+    "phi3",
 )
 
 
