@@ -500,6 +500,7 @@ HF_SMALL = {
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "num_kv_heads": 2,  # Falcon's name for it (71 by default)
+    "rotary_dim": 16,  # GPT-J, CodeGen (64 by default, past head_dim)
     "head_dim": 32,  # MLX's smallest quantization group, so --kv-bits can take the cache
     "num_local_experts": 4,
     "num_experts": 4,

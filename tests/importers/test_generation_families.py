@@ -115,6 +115,16 @@ def test_hf_config_shrinks_falcon_around_its_derived_head_dim() -> None:
     assert config.head_dim == HF_SMALL["hidden_size"] // HF_SMALL["num_attention_heads"]
 
 
+@pytest.mark.parametrize("family", ["gptj", "codegen"])
+def test_hf_config_rotates_at_most_a_head(family: str) -> None:
+    # their default rotary_dim (64) is past the shrunk head (128 / 4 heads = 32): the
+    # model's own forward fails on it
+    from tensorgraph.cli import _hf_config
+
+    config = _hf_config(_transformers(), argparse.Namespace(model=f"hf:{family}", max_seq=32))
+    assert config.rotary_dim <= config.hidden_size // config.num_attention_heads
+
+
 @pytest.fixture(scope="module")
 def switch_mlp() -> torch.nn.Module:
     """One Switch sparse MLP: 4 experts with room for 2 tokens each (of 12: some dropped)."""

@@ -264,6 +264,9 @@ FAMILIES = (
     "falcon",
     "qwen2_moe",
     "phi3",
+    "bloom",
+    "gptj",
+    "codegen",
 )
 
 
