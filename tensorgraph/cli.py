@@ -496,6 +496,8 @@ HF_SMALL = {
     "vocab_size": 128,
     "hidden_size": 128,
     "intermediate_size": 256,
+    "ffn_hidden_size": 256,  # Falcon's name for it (18,176 by default)
+    "ffn_dim": 256,  # OPT's (3,072 by default)
     "num_hidden_layers": 2,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,

@@ -113,6 +113,7 @@ def test_hf_config_shrinks_falcon_around_its_derived_head_dim() -> None:
     config = _hf_config(_transformers(), argparse.Namespace(model="hf:falcon", max_seq=32))
     assert config.num_kv_heads == 2 and config.hidden_size == HF_SMALL["hidden_size"]
     assert config.head_dim == HF_SMALL["hidden_size"] // HF_SMALL["num_attention_heads"]
+    assert config.ffn_hidden_size <= 4 * config.hidden_size  # not its default 18,176
 
 
 @pytest.mark.parametrize("family", ["gptj", "codegen"])
