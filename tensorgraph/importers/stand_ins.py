@@ -21,7 +21,9 @@ torch.export, before the importer sees a graph:
    which `Module.to` must swap (`torch.utils.swap_tensors`), and a parameter the export
    holds cannot be swapped ("Couldn't swap Linear.weight"). The stand-in classifier is the
    same Linear whose `.to(dtype)` is itself when it already has that dtype (what
-   `Module.to` would return anyway); any other conversion goes through `Module.to`.
+   `Module.to` would return anyway); any other conversion goes through `Module.to`, so a
+   half-precision Switch model (a bfloat16 classifier cast to the float32 router_dtype)
+   still fails there.
 
 Swapping back restores the original modules, so the caller's model is left as it was.
 """
