@@ -19,13 +19,13 @@ torch.export, before the importer sees a graph:
 2. `SwitchTransformersTop1Router.forward` assigns `self.classifier =
    self.classifier.to(router_dtype)`; non-strict export traces with fake parameters,
    which `Module.to` must swap (`torch.utils.swap_tensors`), and a parameter the export
-   holds cannot be swapped ("Couldn't swap Linear.weight"). The stand-in classifier is the
-   same Linear whose `.to(dtype)` is itself when it already has that dtype (what
-   `Module.to` would return anyway); any other conversion goes through `Module.to`, so a
-   half-precision Switch model (a bfloat16 classifier cast to the float32 router_dtype)
-   still fails there.
+   holds cannot be swapped ("Couldn't swap Linear.weight"). The stand-in classifier wraps
+   the same Linear: its `.to(dtype)` only records the dtype, and each call casts the
+   weight and bias to it, which is the same linear map (a bfloat16 model's classifier
+   computing in float32) with no parameter swapped.
 
-Swapping back restores the original modules, so the caller's model is left as it was.
+Swapping back restores the original modules, so the caller's model is left as it was
+(the router's classifier included: eager torch casts it for good on its first call).
 """
 
 from __future__ import annotations
@@ -71,26 +71,33 @@ class _SwitchExperts(torch.nn.Module):
         return grouped_mm_experts_forward(self, hidden_states, expert, weights * kept)
 
 
-class _FixedDtypeLinear(torch.nn.Linear):
-    """A Linear whose `.to(dtype)` is itself where its weight already has that dtype."""
+class _CastAtCallLinear(torch.nn.Module):
+    """A Linear whose `.to(dtype)` casts nothing: it records the dtype and returns itself,
+    and each call casts the weight and bias to it (a no-op where they have it)."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        self.linear, self.dtype = linear, linear.weight.dtype
 
     def to(self, *args: object, **kwargs: object) -> torch.nn.Module:
         dtype = kwargs.get("dtype", args[0] if args else None)
-        only_dtype = isinstance(dtype, torch.dtype) and len(args) + len(kwargs) == 1
-        return self if only_dtype and self.weight.dtype == dtype else super().to(*args, **kwargs)
+        if not isinstance(dtype, torch.dtype) or len(args) + len(kwargs) != 1:
+            return super().to(*args, **kwargs)
+        self.dtype = dtype
+        return self
 
-
-def _fixed_dtype(linear: torch.nn.Linear) -> _FixedDtypeLinear:
-    """A _FixedDtypeLinear sharing `linear`'s weight and bias."""
-    fixed = _FixedDtypeLinear(linear.in_features, linear.out_features, bias=linear.bias is not None)
-    fixed.weight, fixed.bias = linear.weight, linear.bias
-    return fixed
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = self.linear.bias
+        bias = None if bias is None else bias.to(self.dtype)
+        return torch.nn.functional.linear(x, self.linear.weight.to(self.dtype), bias)
 
 
 # transformers class name -> {child name: its stand-in} for a module of that class
 STAND_INS: dict[str, Callable[[torch.nn.Module], dict[str, torch.nn.Module]]] = {
     "SwitchTransformersSparseMLP": lambda mlp: {"experts": _SwitchExperts(mlp.experts)},
-    "SwitchTransformersTop1Router": lambda router: {"classifier": _fixed_dtype(router.classifier)},
+    "SwitchTransformersTop1Router": lambda router: {
+        "classifier": _CastAtCallLinear(router.classifier)
+    },
 }
 
 

@@ -129,9 +129,9 @@ def test_hf_config_rotates_at_most_a_head(family: str) -> None:
 @pytest.fixture(scope="module")
 def switch_mlp() -> torch.nn.Module:
     """One Switch sparse MLP: 4 experts with room for 2 tokens each (of 12: some dropped)."""
+    transformers = _transformers()  # first: it imports transformers without torchvision
     from transformers.models.switch_transformers import modeling_switch_transformers as switch
 
-    transformers = _transformers()
     torch.manual_seed(0)
     config = transformers.SwitchTransformersConfig(
         d_model=16, d_ff=32, num_experts=4, expert_capacity=2, router_jitter_noise=0.0
@@ -166,3 +166,27 @@ def test_switch_sparse_mlp_imports_and_matches_torch(switch_mlp) -> None:
     for backend in BACKENDS:
         (got,) = prog.run({graph.inputs[0].name: x.numpy()}, backend=backend)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6, err_msg=backend)
+
+
+def test_a_bfloat16_switch_router_casts_its_classifier_at_call(switch_mlp) -> None:
+    # the router casts its bfloat16 classifier to float32 (router_dtype) in forward, for
+    # good in eager torch; Module.to cannot swap the export's parameters, so the import
+    # runs first here, on a module no eager call has cast yet
+    import copy
+
+    import ml_dtypes
+
+    from tensorgraph.passes.to_dtype import rounding_tolerance
+
+    mlp = copy.deepcopy(switch_mlp).to(torch.bfloat16)
+    x = torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(3)).bfloat16()
+    graph = tg.from_torch(mlp, (x,))
+    assert mlp.router.classifier.weight.dtype == torch.bfloat16  # the model as it was
+    with torch.no_grad():
+        want = mlp(x).float().numpy().astype(np.float64)
+    prog = tg.compile(graph)
+    feeds = {graph.inputs[0].name: x.float().numpy().astype(ml_dtypes.bfloat16)}
+    (got,) = prog.run(feeds, backend="numpy")
+    assert got.dtype == ml_dtypes.bfloat16
+    bound = rounding_tolerance(prog.graph, tg.bfloat16, float(np.max(np.abs(want))))
+    assert float(np.max(np.abs(got.astype(np.float64) - want))) <= bound
