@@ -496,9 +496,13 @@ HF_SMALL = {
     "vocab_size": 128,
     "hidden_size": 128,
     "intermediate_size": 256,
+    "ffn_hidden_size": 256,  # Falcon's name for it (18,176 by default)
+    "ffn_dim": 256,  # OPT's (3,072 by default)
     "num_hidden_layers": 2,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
+    "num_kv_heads": 2,  # Falcon's name for it (71 by default)
+    "rotary_dim": 16,  # GPT-J, CodeGen (64 by default, past head_dim)
     "head_dim": 32,  # MLX's smallest quantization group, so --kv-bits can take the cache
     "num_local_experts": 4,
     "num_experts": 4,
@@ -533,7 +537,8 @@ def _hf_config(transformers: object, args: argparse.Namespace) -> object:
     except ValueError as err:
         raise UsageError(f"unknown transformers model_type {model_type!r}") from err
     for field, value in {**HF_SMALL, "max_position_embeddings": args.max_seq}.items():
-        if hasattr(config, field) and getattr(config, field) is not None:
+        derived = isinstance(getattr(type(config), field, None), property)  # Falcon's head_dim
+        if hasattr(config, field) and getattr(config, field) is not None and not derived:
             setattr(config, field, value)
     return config
 

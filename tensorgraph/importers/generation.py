@@ -33,7 +33,8 @@ rows > max_seq) is a RunError at run time (the cache write's start check); a rin
 no such bound, its rows wrap, so a model whose every layer slides takes any position.
 How the exported program writes the cache, and so what the importer maps: at the start of a
 call every `cumulative_length_{i}` is set to `position` (written and never read back:
-dropped); the cache rows go through
+dropped), and the positions `arange(L) + position` are passed as `position_ids` where
+the model takes them; the cache rows go through
 `keys.index_copy_(2, arange(L) + position, k)`, which Core ATen spells
 `index_put(keys, [None, None, positions], k)` and the importer maps to a `slice_update`
 at `position` (the rows are that contiguous run: `patterns.first_row`); the attention
@@ -44,6 +45,7 @@ repeat_kv, an expand + reshape) read the unrepeated cache (`patterns.grouped_hea
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 from tensorgraph.errors import GraphError
@@ -67,13 +69,13 @@ class _StaticCacheLM(torch.nn.Module):
     def __init__(self, model: torch.nn.Module, batch: int, max_seq: int) -> None:
         super().__init__()
         from transformers.cache_utils import StaticCache, StaticLayer, StaticSlidingWindowLayer
-        from transformers.configuration_utils import get_head_shapes
 
         from tensorgraph.importers import sliding_window
 
         config = model.config.get_text_config()
         self.model = model
         self.batch = batch
+        self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
         self.cache = StaticCache(max_cache_len=max_seq, config=config)
         known = (StaticLayer, StaticSlidingWindowLayer)
         kinds = sorted({type(layer).__name__ for layer in self.cache.layers})
@@ -89,8 +91,8 @@ class _StaticCacheLM(torch.nn.Module):
             self.kinds = sliding_window.layer_kinds(config, max_seq)
             ring_length = sliding_window.replace_sliding_layers(self.cache, self.kinds, max_seq)
             self.register_buffer("ring_length", ring_length, persistent=False)
-        heads, head_dim = get_head_shapes(config)
         device = next(model.parameters()).device
+        heads, head_dim = _written_head_shapes(model, batch, device)
         self.cache.early_initialization(batch, heads, head_dim, model.dtype, device)
         for i, layer in enumerate(self.cache.layers):
             kind = "ring" if isinstance(layer, sliding_window.RingLayer) else "cache"
@@ -123,6 +125,12 @@ class _StaticCacheLM(torch.nn.Module):
             mask = sliding_window.attention_masks(
                 self.cache, self.kinds, config, position, rows, self.batch, dtype
             )
+        # Explicit positions, (1, L) as Llama makes its own: a model that derives them
+        # otherwise (OPT: a cumsum over a mask as long as the cache's data-dependent
+        # length) exports with static shapes only when given them.
+        if self.takes_positions:
+            positions = torch.arange(input_ids.shape[1], dtype=torch.int64) + position
+            keep["position_ids"] = positions.unsqueeze(0)
         out = self.model(
             input_ids=input_ids,
             attention_mask=mask,
@@ -131,6 +139,22 @@ class _StaticCacheLM(torch.nn.Module):
             **keep,
         )
         return out.logits
+
+
+def _written_head_shapes(
+    model: torch.nn.Module, batch: int, device: torch.device
+) -> tuple[list[int], list[int]]:
+    """Per layer, the kv heads and head dim of what the model writes to its cache, from
+    one eager call on a token (into a throwaway DynamicCache). The config's figures
+    (transformers' get_head_shapes) are not always what the layers write: a multi-query
+    Falcon writes 1 head whatever its num_kv_heads says, and a StaticCache sized from the
+    config fails the first index_copy_."""
+    with torch.no_grad():
+        out = model(
+            input_ids=torch.zeros(batch, 1, dtype=torch.int64, device=device), use_cache=True
+        )
+    layers = out.past_key_values.layers
+    return [layer.keys.shape[1] for layer in layers], [layer.keys.shape[-1] for layer in layers]
 
 
 def from_torch_generation(

@@ -2,7 +2,9 @@
 
 `from_torch(module, example_inputs)` runs three steps, and a failure in any of them is a
 GraphError that names the step:
-1. export: `torch.export.export` (torch's own error is kept as the cause);
+1. export: `torch.export.export` (torch's own error is kept as the cause), with the
+   modules it cannot trace (Switch Transformers' experts and router) swapped for the
+   stand-ins of `importers.stand_ins` while it runs;
 2. decompositions: `ExportedProgram.run_decompositions(decomposition_table())`, torch's
    Core ATen table minus the composite ops tensorgraph has fused ops for (attention and
    the normalisations), which stay whole; this also functionalises the program, so no
@@ -67,6 +69,7 @@ from tensorgraph.importers.aten import (
     static_shape,
     to_dtype,
 )
+from tensorgraph.importers.stand_ins import stand_ins
 
 __all__ = [
     "ATEN",
@@ -94,8 +97,14 @@ FUSED_COMPOSITES = (
     "group_norm",
     "native_group_norm",
 )
-# Nodes that carry no computation: shape/dtype assertions the export inserts.
-_DROPPED = ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size")
+# Nodes that carry no computation: shape/dtype assertions the export inserts, and the
+# value checks of decompositions (one_hot's `_assert_async`: indices within the classes).
+_DROPPED = (
+    "_assert_tensor_metadata",
+    "_assert_scalar",
+    "_assert_async",
+    "sym_constrain_range_for_size",
+)
 # Keyword arguments about placement only: every tensorgraph buffer is dense, row-major and
 # on the backend's device, so these never change a value.
 _PLACEMENT = ("device", "layout", "pin_memory", "memory_format", "non_blocking")
@@ -138,7 +147,8 @@ def from_torch(
             f"(or one tensor) but got {type(example_inputs).__name__}"
         )
     try:
-        program = torch.export.export(module, tuple(example_inputs))
+        with stand_ins(module):
+            program = torch.export.export(module, tuple(example_inputs))
     except Exception as err:
         raise GraphError(f"importing {name!r} failed at step 'export': {_first_line(err)}") from err
     return from_exported(program, name)
@@ -265,8 +275,11 @@ class _Importer:
     ) -> list[tuple[torch.fx.Node | None, object]]:
         """Map the call_function nodes of `module.graph` (placeholders already in
         `values`); returns its output nodes with their values."""
+        checked_only = _read_by_checks_only(module.graph)
         for node in module.graph.nodes:
-            if node.op == "call_function":
+            if node.name in checked_only:
+                values[node.name] = None
+            elif node.op == "call_function":
                 values[node.name] = self.call(module, node, values)
             elif node.op == "get_attr":
                 values[node.name] = getattr(module, node.target)
@@ -325,6 +338,27 @@ class _Importer:
             dtype = DTYPES.get(meta.dtype, tg.float32)
             return self.graph.input(f"__unimported_{name}", shape, dtype)
         return None
+
+
+def _read_by_checks_only(graph: torch.fx.Graph) -> set[str]:
+    """Names of the call_function nodes whose value reaches nothing but the dropped
+    assertions (`_DROPPED`), directly or through other such nodes: e.g. an int that
+    `.item()` (`_local_scalar_dense`) reads only for export's runtime check `u0 >= 0`,
+    left by a tensor the model builds and never uses (OPT's position mask when it is
+    given position_ids). The checks are dropped, so these compute nothing that is kept;
+    importing them would fail on their data-dependent shapes for no output. A node with
+    no users at all is not one (it is imported as before)."""
+    checked_only: set[str] = set()
+    for node in reversed(graph.nodes):
+        if node.op != "call_function" or not node.users:
+            continue
+        if all(
+            user.name in checked_only
+            or (user.op == "call_function" and op_name(user.target) in _DROPPED)
+            for user in node.users
+        ):
+            checked_only.add(node.name)
+    return checked_only
 
 
 def _check_result(result: object, meta: object) -> str:

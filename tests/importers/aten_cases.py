@@ -451,6 +451,7 @@ def _cases() -> list[Case]:
             _transformers_grouped_mm,
             (f(7, 4), f(3, 4, 5), torch.tensor([2, 2, 6], dtype=torch.int32)),
         ),
+        Case("top1_dispatch_with_capacity", _top1_dispatch, (f(12, 4),)),
     ]
 
 
@@ -459,6 +460,13 @@ def _grouped_mm_bf16(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     expert 2 (torch leaves rows past the last offset uninitialised: none here)."""
     offs = torch.tensor([2, 2, 7], dtype=torch.int32)
     return torch._grouped_mm(x.bfloat16(), w.bfloat16(), offs=offs).float()
+
+
+def _top1_dispatch(logits: torch.Tensor) -> torch.Tensor:
+    """Switch Transformers' top-1 router: a one-hot of each token's expert (one_hot checks
+    its indices with `_assert_async`), zeroed past 2 tokens per expert."""
+    dispatch = F.one_hot(torch.argmax(logits.softmax(-1), dim=-1), num_classes=4)
+    return dispatch * (torch.cumsum(dispatch, dim=-2) <= 2)
 
 
 def _transformers_grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:

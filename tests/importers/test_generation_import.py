@@ -264,6 +264,13 @@ FAMILIES = (
     "gemma2",
     "gemma3_text",
     "cohere2",
+    "opt",
+    "falcon",
+    "qwen2_moe",
+    "phi3",
+    "bloom",
+    "gptj",
+    "codegen",
 )
 
 

@@ -1,4 +1,4 @@
-"""Outside models: 46 public architectures that played no part in building the importer.
+"""Outside models: 47 public architectures that played no part in building the importer.
 
 The 16 models of `catalog.py` drove the importer's operator coverage; these were tried
 afterwards, the way a new user would try them (random weights, small configs, eval,
@@ -62,6 +62,16 @@ def _encoder(model_class: str, config_class: str, inputs: tuple, **config: objec
     transformers = import_transformers()
     made = getattr(transformers, config_class)(**config)
     return getattr(transformers, model_class)(made), inputs
+
+
+def _seq2seq(config_class: str, **config: object) -> tuple:
+    """A transformers encoder-decoder LM called as one would for its logits: input_ids,
+    its all-ones attention_mask, decoder_input_ids (half as many)."""
+    transformers = import_transformers()
+    made = getattr(transformers, config_class)(**{"vocab_size": 100, **config})
+    model = transformers.AutoModelForSeq2SeqLM.from_config(made)
+    ids = torch.randint(0, 100, (1, TOKENS))
+    return model, (ids, torch.ones_like(ids), torch.randint(0, 100, (1, TOKENS // 2)))
 
 
 def _image() -> tuple:
@@ -139,6 +149,22 @@ TEXT: dict[str, Callable[[], tuple]] = {
     ),
     "olmoe": lambda: _text(
         "OlmoeConfig", num_experts=4, num_experts_per_tok=2, pad_token_id=0, eos_token_id=1, **SMALL
+    ),
+    # transformers' only experts for it: a loop over the experts that got a token, which
+    # the export runs through importers.stand_ins (one grouped matmul per projection);
+    # capacity 8 of 32 tokens over 4 experts drops some tokens, as the router does
+    "switch_transformers": lambda: _seq2seq(
+        "SwitchTransformersConfig",
+        d_model=64,
+        d_kv=16,
+        d_ff=128,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        num_experts=4,
+        num_sparse_encoder_layers=1,
+        num_sparse_decoder_layers=1,
+        expert_capacity=8,
     ),
     "bart": lambda: _text(
         "BartConfig",
