@@ -1,6 +1,6 @@
 """Real models: imported, compiled, run on every backend, compared with torch.
 
-The 16 models of issue 12 (catalog.py) and 46 outside models (outside.py: architectures
+The 16 models of issue 12 (catalog.py) and 50 outside models (outside.py: architectures
 tried only after the importer was built, to check that it covers the operator set, not
 the 16) go through the same check.
 
