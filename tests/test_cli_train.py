@@ -46,6 +46,18 @@ def _cross_entropy(logits: np.ndarray, target: np.ndarray) -> float:
             {"dim": 16, "heads": 2, "layers": 1, "vocab": 32, "seq": 8, "max_positions": 8},
             "tokens",
         ),
+        (
+            "llama",
+            ["--config", "dim=16", "heads=2", "hidden=32", "layers=1", "vocab=32", "seq=8"],
+            {"dim": 16, "heads": 2, "hidden": 32, "layers": 1, "vocab": 32, "seq": 8},
+            "tokens",
+        ),
+        (
+            "resnet18",
+            ["--batch", "2", "--config", "image=16", "width=4", "classes=5"],
+            {"batch": 2, "image": 16, "width": 4, "classes": 5},
+            "samples",
+        ),
     ],
 )
 def test_train_prints_memory_progress_and_the_first_loss(model, flags, config, unit, capsys):
