@@ -9,7 +9,7 @@ prog = tg.compile(g)
 outs = prog.run({"x": x_np}, params={"w1": w_np}, backend="mlx")
 """
 
-from tensorgraph import optim
+from tensorgraph import nn, optim
 from tensorgraph.autodiff import value_and_grad
 from tensorgraph.compiler import DEFAULT_PASSES, Program, compile
 from tensorgraph.errors import (

@@ -1,4 +1,5 @@
-"""The `tensorgraph` command: models, compile, run, plan-csv, generate and demo.
+"""The `tensorgraph` command: models, compile, run, plan-csv, generate, demo and train
+(tensorgraph/cli_train.py).
 
 Exit codes: 0 success, 1 a failed numeric check, 2 bad usage. Bad usage is reported in
 one line on stderr (`tensorgraph: error: ...`, or `tensorgraph: PlanError: ...` for a
@@ -1136,6 +1137,10 @@ def parser() -> argparse.ArgumentParser:
         help="folder for the timeline plot, created if missing (default: the current folder)",
     )
     demo.set_defaults(run=cmd_demo)
+
+    from tensorgraph.cli_train import add_train_command
+
+    add_train_command(commands)
     return top
 
 

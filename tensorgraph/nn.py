@@ -18,10 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from tensorgraph.errors import DTypeError, GraphError, ShapeError
 from tensorgraph.ir import builder as tg
 from tensorgraph.ir import fused
 from tensorgraph.ir.dtypes import DType, float32
+from tensorgraph.ir.functions import gather
 from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import describe
 from tensorgraph.ir.tensor import Tensor
 
 # A large finite negative instead of -inf: exp() of it is exactly 0 in float32 and every
@@ -170,3 +173,75 @@ def llama_block(
         mask,
     )
     return h + swiglu_mlp(rms_norm(h, p["mlp_norm"], eps), p["w_gate"], p["w_up"], p["w_down"])
+
+
+LOSS_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _reduce_loss(loss: Tensor, reduction: str, name: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise GraphError(
+        f"[{name}] 'reduction' must be one of {', '.join(LOSS_REDUCTIONS)} but got {reduction!r}"
+    )
+
+
+def cross_entropy(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
+    """Cross-entropy of float `logits` (..., classes) against integer class `targets`
+    (...): `-log_softmax(logits)[..., target]` per position, then its mean (default),
+    sum or nothing ("none": the (...) losses). Equals
+    `torch.nn.functional.cross_entropy(logits.reshape(-1, C), targets.reshape(-1))`
+    (classes on the last axis, as a language model's logits have them) and
+    `mlx.nn.losses.cross_entropy`. Numerically stable: log_softmax shifts by the row's
+    maximum, and the target's term is picked with `gather` (its gradient a scatter_add).
+    A target outside [0, classes) is a RunError at run time (gather's index guard).
+
+    DTypeError: logits not float, or targets not integer. ShapeError: logits of rank 0,
+    or targets' shape other than logits' without the last axis."""
+    if not logits.dtype.is_float:
+        raise DTypeError(
+            f"[cross_entropy] logits must be float but {_label(logits)} is {logits.dtype}"
+        )
+    if targets.dtype.is_float or targets.dtype.name == "bool":
+        raise DTypeError(
+            f"[cross_entropy] targets must be integer class ids but {_label(targets)} is "
+            f"{targets.dtype}"
+        )
+    if logits.ndim == 0 or tuple(targets.shape) != tuple(logits.shape[:-1]):
+        raise ShapeError(
+            f"[cross_entropy] targets {_label(targets)} {tuple(targets.shape)} must have the "
+            f"shape of logits {_label(logits)} {tuple(logits.shape)} without its last axis"
+        )
+    log_probs = tg.log_softmax(logits, axis=-1)
+    picked = gather(log_probs, tg.expand_dims(targets, -1), axis=-1)
+    return _reduce_loss(-picked.reshape(targets.shape), reduction, "cross_entropy")
+
+
+def mse_loss(pred: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """Squared error `(pred - target) ** 2` elementwise, then its mean (default), sum or
+    nothing ("none"): `torch.nn.functional.mse_loss` and `mlx.nn.losses.mse_loss`.
+
+    DTypeError: either not float, or their dtypes differ. ShapeError: their shapes
+    differ (torch only warns and broadcasts, which hides a misshaped target)."""
+    for tensor in (pred, target):
+        if not tensor.dtype.is_float:
+            raise DTypeError(f"[mse_loss] {_label(tensor)} must be float but is {tensor.dtype}")
+    if pred.dtype != target.dtype:
+        raise DTypeError(
+            f"[mse_loss] pred {_label(pred)} is {pred.dtype} but target {_label(target)} is "
+            f"{target.dtype}"
+        )
+    if tuple(pred.shape) != tuple(target.shape):
+        raise ShapeError(
+            f"[mse_loss] pred {_label(pred)} {tuple(pred.shape)} and target {_label(target)} "
+            f"{tuple(target.shape)} differ in shape"
+        )
+    return _reduce_loss(tg.square(pred - target), reduction, "mse_loss")
+
+
+def _label(tensor: Tensor) -> str:
+    return describe(tensor.node)

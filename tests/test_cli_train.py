@@ -1,0 +1,129 @@
+"""`tensorgraph train`: a zoo model's training step on synthetic data prints the plan's
+memory, a progress line with the loss and rate per step, and a summary; the first loss
+is the model's cross-entropy on the first batch (computed here with NumPy from the
+reference interpreter's logits), the data are learnable and seeded, a small model's
+loss falls; `--plot` writes the loss curve; bad arguments exit 2 with one line and no
+traceback, before anything is compiled."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tensorgraph import cli
+from tensorgraph.cli_train import training_task
+from tensorgraph.models import build_model
+from tensorgraph.runtime.reference import run_reference
+from tests.test_cli import tensorgraph
+
+MLP = ["--config", "features=8", "hidden=16", "layers=1", "classes=4"]
+GPT2 = ["--config", "dim=16", "heads=2", "layers=1", "vocab=32", "seq=8", "max_positions=8"]
+STEP = re.compile(r"^\[(\d+)/(\d+)\] loss (\S+)  [\d,]+ (samples|tokens)/s$")
+
+
+def _losses(out: str) -> list[float]:
+    found = [STEP.match(line) for line in out.splitlines()]
+    return [float(m.group(3)) for m in found if m]
+
+
+def _cross_entropy(logits: np.ndarray, target: np.ndarray) -> float:
+    """Mean over positions of -log softmax(logits)[target], in float64."""
+    z = logits.astype(np.float64).reshape(-1, logits.shape[-1])
+    z = z - z.max(axis=-1, keepdims=True)
+    log_probs = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return float(-np.mean(log_probs[np.arange(len(z)), target.reshape(-1)]))
+
+
+@pytest.mark.parametrize(
+    ("model", "flags", "config", "unit"),
+    [
+        ("mlp", MLP, {"features": 8, "hidden": 16, "layers": 1, "classes": 4}, "samples"),
+        (
+            "gpt2",
+            GPT2,
+            {"dim": 16, "heads": 2, "layers": 1, "vocab": 32, "seq": 8, "max_positions": 8},
+            "tokens",
+        ),
+        (
+            "llama",
+            ["--config", "dim=16", "heads=2", "hidden=32", "layers=1", "vocab=32", "seq=8"],
+            {"dim": 16, "heads": 2, "hidden": 32, "layers": 1, "vocab": 32, "seq": 8},
+            "tokens",
+        ),
+        (
+            "resnet18",
+            ["--batch", "2", "--config", "image=16", "width=4", "classes=5"],
+            {"batch": 2, "image": 16, "width": 4, "classes": 5},
+            "samples",
+        ),
+    ],
+)
+def test_train_prints_memory_progress_and_the_first_loss(model, flags, config, unit, capsys):
+    assert cli.main(["train", model, *flags, "--steps", "3", "--backend", "arena"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert re.search(r"memory: arena [\d.]+ \S+, weights \+ optimizer state [\d.]+ \S+", out)
+    assert "recompute: 0 FLOPs" in out
+    steps = [STEP.match(line) for line in lines if STEP.match(line)]
+    assert [(m.group(1), m.group(2), m.group(4)) for m in steps] == [
+        (str(i), "3", unit) for i in (1, 2, 3)
+    ]
+    feeds = training_task(model, config, 0).batches(0)
+    graph = build_model(model, **config).graph
+    logits = run_reference(graph, {k: v for k, v in feeds.items() if k != "target"})[0]
+    assert _losses(out)[0] == pytest.approx(_cross_entropy(logits, feeds["target"]), abs=1e-4)
+    assert lines[-1].startswith(f"loss {_losses(out)[0]:.4f} -> {_losses(out)[-1]:.4f} over 3")
+
+
+def test_synthetic_data_are_seeded_and_next_token_targets_are_the_next_tokens():
+    config = {"dim": 16, "heads": 2, "layers": 1, "vocab": 32, "seq": 8, "max_positions": 8}
+    task = training_task("gpt2", config, 5)
+    first, again, other = task.batches(0), training_task("gpt2", config, 5).batches(0), None
+    other = training_task("gpt2", config, 6).batches(0)
+    np.testing.assert_array_equal(first["tokens"], again["tokens"])
+    assert not np.array_equal(first["tokens"], other["tokens"])
+    assert not np.array_equal(first["tokens"], task.batches(1)["tokens"])  # fresh per step
+    np.testing.assert_array_equal(first["target"][:, :-1], first["tokens"][:, 1:])
+    assert task.per_step == 8 and task.unit == "tokens"
+
+
+def test_a_small_model_learns_and_the_plot_is_written(tmp_path, capsys):
+    argv = ["train", "mlp", *MLP, "--steps", "25", "--optimizer", "sgd", "--lr", "0.5"]
+    assert cli.main([*argv, "--backend", "numpy", "--plot", str(tmp_path / "plots")]) == 0
+    out = capsys.readouterr().out
+    losses = _losses(out)
+    assert len(losses) == 25
+    assert np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5])
+    plot = tmp_path / "plots" / "mlp_loss.png"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"loss curve: {plot.resolve()}" in out
+
+
+def test_train_runs_on_mlx_and_as_a_command():
+    result = tensorgraph("train", "mlp", *MLP, "--steps", "2", "--batch", "3")
+    assert result.returncode == 0, result.stderr
+    assert len(_losses(result.stdout)) == 2
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["resnet50"], "cannot train 'resnet50'; trainable zoo models: mlp, "),
+        (["llama_decode"], "cannot train 'llama_decode'"),
+        (["mlp", "--lr", "0"], "expects a positive learning rate but got '0'"),
+        (["mlp", "--lr=-1e-3"], "expects a positive learning rate"),
+        (["mlp", "--lr", "nan"], "expects a positive learning rate"),
+        (["mlp", "--steps", "0"], "expects a positive int but got '0'"),
+        (["mlp", "--batch", "-2"], "expects a positive int but got '-2'"),
+        (["mlp", "--optimizer", "lion"], "invalid choice: 'lion'"),
+        (["mlp", "--config", "hidden=0"], "hidden"),
+    ],
+)
+def test_bad_arguments_exit_two_with_one_line(flags, message, capsys):
+    assert cli.main(["train", *flags]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    assert captured.out == ""
