@@ -54,7 +54,8 @@ PYTHON_BLOCKS = fenced("python")
 
 
 def test_the_readme_has_the_blocks_this_file_runs() -> None:
-    assert len(PYTHON_BLOCKS) == 4, "the tour, the torch import, generation, quantization"
+    blocks = "the tour, the torch import, generation, quantization, training, symbolic dims"
+    assert len(PYTHON_BLOCKS) == 6, blocks
     assert len(command_lines()) >= 6
 
 
