@@ -10,6 +10,7 @@ outs = prog.run({"x": x_np}, params={"w1": w_np}, backend="mlx")
 """
 
 from tensorgraph import optim
+from tensorgraph.autodiff import value_and_grad
 from tensorgraph.compiler import DEFAULT_PASSES, Program, compile
 from tensorgraph.errors import (
     DTypeError,

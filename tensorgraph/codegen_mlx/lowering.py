@@ -367,6 +367,7 @@ from tensorgraph.codegen_mlx import (  # noqa: E402, F401  (they add to LOWERING
     expert_lowering,
     fused,
     quant_lowering,
+    scatter_lowering,
     sort_lowering,
     update_lowering,
 )

@@ -20,3 +20,13 @@ __all__ = [
     "verify",
     "view_offset",
 ]
+
+# The vector-Jacobian rules build backward nodes with the op functions, which need the
+# whole IR: they join the registry here, once every module above is loaded.
+from tensorgraph.ir import (
+    vjp_elementwise,
+    vjp_fused,
+    vjp_layout,
+    vjp_reductions,
+    vjp_windows,
+)

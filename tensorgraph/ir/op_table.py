@@ -296,4 +296,4 @@ register(
         category="pool",
     )
 )
-from tensorgraph.ir import experts, quantized, updates  # noqa: E402, F401  (they register ops)
+from tensorgraph.ir import experts, quantized, scatter, updates  # noqa: E402, F401  (they register ops)

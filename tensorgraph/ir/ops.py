@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
 from tensorgraph.errors import GraphError
 from tensorgraph.ir.dtypes import DTYPES, DType
@@ -26,6 +26,7 @@ from tensorgraph.ir.shapes import Shape, numel
 if TYPE_CHECKING:
     from tensorgraph.ir.graph import Graph
     from tensorgraph.ir.node import Node
+    from tensorgraph.ir.tensor import Tensor
 
 REQUIRED = object()
 
@@ -53,6 +54,9 @@ class AttrSpec:
 Infer = Callable[[Sequence[Operand], Mapping[str, object]], tuple[Shape, DType]]
 # (operands, attributes, output shape, output dtype) -> scratch bytes during the op's step
 Workspace = Callable[[Sequence[Operand], Mapping[str, object], Shape, DType], int]
+# (forward node, its operands and its value as Tensors of the gradient graph, the value's
+# cotangent) -> one cotangent per operand, None where none flows (indices, zero gradients)
+Vjp = Callable[["Node", Sequence["Tensor"], "Tensor", "Tensor"], Sequence["Tensor | None"]]
 
 
 @frozen
@@ -67,7 +71,11 @@ class OpDef:
 
     `workspace` (None: 0 bytes) gives the scratch bytes the op materialises while it runs
     (what an unfused backend would allocate: attention scores, normalisation
-    statistics); the planner gives them a buffer live only during the op's step."""
+    statistics); the planner gives them a buffer live only during the op's step.
+
+    `vjp` (None: not differentiable) is the op's vector-Jacobian rule, set by
+    `register_vjp` from the `ir.vjp_*` modules once the table is complete: reverse-mode
+    autodiff (`tensorgraph.autodiff`) reads it and nothing else."""
 
     name: str
     min_inputs: int
@@ -80,6 +88,7 @@ class OpDef:
     pure: bool = True
     boundary: bool = False
     workspace: Workspace | None = None
+    vjp: Vjp | None = None
 
 
 OPS: dict[str, OpDef] = {}
@@ -90,6 +99,14 @@ def register(op: OpDef) -> OpDef:
         raise GraphError(f"op {op.name!r} registered twice")
     OPS[op.name] = op
     return op
+
+
+def register_vjp(name: str, rule: Vjp) -> None:
+    """Give registered op `name` its vector-Jacobian rule (once: GraphError otherwise)."""
+    op = get_op(name)
+    if op.vjp is not None:
+        raise GraphError(f"op {name!r} has a vjp rule already")
+    OPS[name] = evolve(op, vjp=rule)
 
 
 def workspace_bytes(node: Node, graph: Graph) -> int:

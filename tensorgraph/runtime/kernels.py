@@ -415,6 +415,7 @@ from tensorgraph.runtime import (  # noqa: E402, F401  (they add to KERNELS)
     expert_kernels,
     fused_kernels,
     quant_kernels,
+    scatter_kernels,
     sort_kernels,
     update_kernels,
 )

@@ -52,6 +52,7 @@ INDEXED = {
     "gather": (1, "unsigned"),
     "index_update": (2, "unsigned"),
     "gather_mm": (2, "unsigned"),
+    "scatter_add": (2, "unsigned"),
 }
 HOST_LIMIT = 1 << 12  # elements: bigger values are never evaluated on the host to check
 

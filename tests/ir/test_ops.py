@@ -23,6 +23,7 @@ from tests.ir import (
     test_ops_scans,
     test_ops_windows,
     test_quantized,
+    test_scatter,
     test_updates,
 )
 from tests.ir.op_cases import (
@@ -50,6 +51,7 @@ TABLES = (
     test_updates,
     test_quantized,
     test_experts,
+    test_scatter,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand

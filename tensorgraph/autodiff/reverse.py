@@ -1,0 +1,159 @@
+"""Reverse-mode autodiff: `value_and_grad(graph, wrt)` appends the backward of a scalar
+loss to a copy of its graph, so forward and backward are one graph that the usual
+rewrites (CSE merges what they share, DCE drops what no gradient reads) and the planner
+see whole.
+
+Steps:
+1. check the loss (the graph's one output: a float scalar, no state updates) and `wrt`
+   (names of float inputs or params; the float params in graph order by default);
+2. mark the active values: the wrt nodes and every float value computed from one
+   (integer and bool values never carry a gradient: indices, masks, comparisons);
+3. walk the forward nodes in reverse order from the loss, whose cotangent is 1: each
+   node holding a cotangent with an active operand calls its op's vector-Jacobian rule
+   (`OpDef.vjp`), which emits backward nodes through the IR builder (shape inference
+   checks every one), and each active operand's cotangent is added to what it already
+   holds (a value with several readers sums their contributions);
+4. the outputs are the loss, then each wrt value's cotangent (zeros where the loss does
+   not depend on it), and nodes no output reads are dropped.
+
+A cotangent has its value's shape and dtype. Invariant of the result: the forward nodes
+keep their ids, attributes and order (the loss is computed exactly as before), params
+and their bound values are the same, and every backward node comes after them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tensorgraph.errors import GraphError
+from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import Node, describe
+from tensorgraph.ir.ops import get_op
+from tensorgraph.ir.tensor import Tensor
+from tensorgraph.ir.vjp_support import zeros
+from tensorgraph.passes.dce import dce
+
+
+def value_and_grad(graph: Graph, wrt: Sequence[str] | str | None = None) -> Graph:
+    """A graph whose outputs are `graph`'s loss, then the gradient of the loss with
+    respect to each name in `wrt`, in `wrt`'s order (mx.value_and_grad's vocabulary).
+
+    `graph` must have exactly one output, a float scalar (shape ()), and no state
+    updates; `wrt` names float inputs or params of `graph` (a single name, a sequence,
+    or None for every float param in graph order: an integer or bool param, such as a
+    folded mask, is a constant of the model, not a weight). The result takes the same feeds, has the
+    same params and bound values, and each gradient has its value's shape and dtype.
+    GraphError naming the culprit for a loss that is not a float scalar, a `wrt` that
+    names nothing, an unknown or non-float name, and a gradient that would flow through
+    an op with no vector-Jacobian rule (naming that node and its op)."""
+    loss = _loss(graph)
+    targets = _targets(graph, wrt)
+    active = _active(graph, {node.id for node in targets})
+    result = Graph.from_nodes(graph.name, graph.nodes, [loss.id], graph.param_values)
+    cotangents = {loss.id: Tensor(result, result.constant(1.0, loss.dtype).id)}
+    for node in reversed(graph.nodes):
+        g = cotangents.get(node.id)
+        if g is None or get_op(node.op).boundary:
+            continue
+        live = [i for i in node.inputs if i in active]
+        if live:
+            _pull_back(node, result, g, active, cotangents, targets)
+    for target in targets:
+        found = cotangents.get(target.id)
+        result.output(found if found is not None else zeros(Tensor(result, target.id)))
+    return dce(result).graph
+
+
+def _loss(graph: Graph) -> Node:
+    if graph.state_updates:
+        raise GraphError(
+            f"value_and_grad: graph {graph.name!r} updates states {sorted(graph.state_updates)}; "
+            "it takes a graph with one output, the loss, and no state updates"
+        )
+    if len(graph.outputs) != 1:
+        raise GraphError(
+            f"value_and_grad: graph {graph.name!r} has {len(graph.outputs)} outputs; the loss "
+            "must be its only output"
+        )
+    loss = graph.node(graph.outputs[0])
+    if loss.shape != () or not loss.dtype.is_float:
+        raise GraphError(
+            f"value_and_grad: the loss {describe(loss)} of graph {graph.name!r} must be a float "
+            f"scalar (shape ()) but is {loss.dtype} {loss.shape}"
+        )
+    return loss
+
+
+def _targets(graph: Graph, wrt: Sequence[str] | str | None) -> list[Node]:
+    by_name = {n.name: n for n in graph.nodes if n.op in ("input", "param")}
+    if wrt is None:
+        names = [n.name for n in graph.params if n.dtype.is_float]
+    else:
+        names = [wrt] if isinstance(wrt, str) else list(wrt)
+    if not names:
+        what = "graph has no float params" if wrt is None else "wrt is empty"
+        raise GraphError(
+            f"value_and_grad: {what}: graph {graph.name!r} has nothing to differentiate"
+        )
+    targets = []
+    for name in names:
+        node = by_name.get(name)
+        if node is None:
+            raise GraphError(
+                f"value_and_grad: wrt names {name!r}, which is no input or param of graph "
+                f"{graph.name!r} (it has {sorted(by_name)})"
+            )
+        if not node.dtype.is_float:
+            raise GraphError(
+                f"value_and_grad: wrt names {describe(node)} of dtype {node.dtype}; only float "
+                "values have gradients"
+            )
+        targets.append(node)
+    return targets
+
+
+def _active(graph: Graph, sources: set[int]) -> set[int]:
+    """Ids of the values a gradient can reach: `sources` and every float value computed
+    from an active one."""
+    active = set(sources)
+    for node in graph.nodes:
+        if node.dtype.is_float and any(i in active for i in node.inputs):
+            active.add(node.id)
+    return active
+
+
+def _pull_back(
+    node: Node,
+    result: Graph,
+    g: Tensor,
+    active: set[int],
+    cotangents: dict[int, Tensor],
+    targets: Sequence[Node],
+) -> None:
+    """Add `node`'s contribution to the cotangent of each active operand (step 3)."""
+    rule = get_op(node.op).vjp
+    if rule is None:
+        names = ", ".join(repr(t.name) for t in targets)
+        raise GraphError(
+            f"value_and_grad: {describe(node)} has no gradient rule, and the gradient of "
+            f"the loss with respect to {names} would flow through it"
+        )
+    inputs = [Tensor(result, i) for i in node.inputs]
+    parts = rule(node, inputs, Tensor(result, node.id), g)
+    if len(parts) != len(inputs):
+        raise GraphError(
+            f"value_and_grad: the rule of {describe(node)} gave {len(parts)} cotangents for "
+            f"{len(inputs)} operands"
+        )
+    for source, part in zip(node.inputs, parts, strict=True):
+        if part is None or source not in active:
+            continue
+        operand = result.node(source)
+        if part.shape != operand.shape or part.dtype != operand.dtype:
+            raise GraphError(
+                f"value_and_grad: the rule of {describe(node)} gave a {part.dtype} "
+                f"{part.shape} cotangent for operand {describe(operand)} of "
+                f"{operand.dtype} {operand.shape}"
+            )
+        held = cotangents.get(source)
+        cotangents[source] = part if held is None else held + part

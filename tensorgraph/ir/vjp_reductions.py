@@ -1,0 +1,106 @@
+"""Vector-Jacobian rules of matmul, the reductions, softmax, log_softmax and cumsum,
+registered on the ops in `OPS` on import.
+
+- matmul (NumPy's: 1-D operands promoted, batch dims broadcast): ga = g @ b^T and
+  gb = a^T @ g, summed back over the batch dims each operand was broadcast along;
+- sum / mean: the cotangent broadcast back over the reduced axes (divided by the count);
+- max / min: MLX's convention, the cotangent split evenly among the elements equal to the
+  result (a tie of k elements gives each 1/k);
+- softmax: out * (g - sum(g * out)); log_softmax: g - exp(out) * sum(g), over the axis;
+- cumsum: the reversed running sum of g, written sum(g) - cumsum(g) + g (no reversal op).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tensorgraph.ir import functions as fn
+from tensorgraph.ir.node import Node
+from tensorgraph.ir.ops import register_vjp
+from tensorgraph.ir.tensor import Tensor
+from tensorgraph.ir.vjp_support import cast_to, kept, unbroadcast
+
+
+def _swap(x: Tensor) -> Tensor:
+    return fn.swapaxes(x, -1, -2)
+
+
+def _matmul(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    """Both operands as (..., M, K) @ (..., K, N): a 1-D `a` is a (1, K) row and a 1-D `b`
+    a (K, 1) column, so g gets the removed axis back before the two products."""
+    a, b = (cast_to(x, out.dtype) for x in inputs)
+    if a.ndim == 1:
+        a = fn.reshape(a, (1, a.shape[0]))
+        g = fn.expand_dims(g, g.ndim - (0 if inputs[1].ndim == 1 else 1))
+    if b.ndim == 1:
+        b = fn.reshape(b, (b.shape[0], 1))
+        g = fn.expand_dims(g, g.ndim)
+    ga = unbroadcast(fn.matmul(g, _swap(b)), a.shape)
+    gb = unbroadcast(fn.matmul(_swap(a), g), b.shape)
+    return [
+        cast_to(c if c.shape == x.shape else fn.reshape(c, x.shape), x.dtype)
+        if x.dtype.is_float
+        else None
+        for c, x in zip((ga, gb), inputs, strict=True)
+    ]
+
+
+def _spread(node: Node, x: Tensor, g: Tensor) -> Tensor:
+    """The cotangent of a reduction brought back to x's shape (broadcast over the axes)."""
+    shape = kept(x.shape, node.attr("axes"))
+    return fn.broadcast_to(fn.reshape(g, shape), x.shape)
+
+
+def _sum(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    (x,) = inputs
+    return [_spread(node, x, g) if x.dtype.is_float else None]
+
+
+def _mean(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    (x,) = inputs
+    if not x.dtype.is_float:
+        return [None]
+    count = 1
+    for axis in node.attr("axes"):
+        count *= x.shape[axis]
+    return [_spread(node, x, g) * (1.0 / count) if count else _spread(node, x, g)]
+
+
+def _extremum(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    (x,) = inputs
+    if not x.dtype.is_float:
+        return [None]
+    axes = node.attr("axes")
+    hits = fn.astype(fn.equal(x, fn.reshape(out, kept(x.shape, axes))), x.dtype)
+    ties = fn.sum(hits, axes, keepdims=True)
+    return [hits * _spread(node, x, g) / ties]
+
+
+def _softmax(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    axis = node.attr("axis")
+    return [out * (g - fn.sum(g * out, axis, keepdims=True))]
+
+
+def _log_softmax(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    axis = node.attr("axis")
+    return [g - fn.exp(out) * fn.sum(g, axis, keepdims=True)]
+
+
+def _cumsum(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    """x is converted to the node's dtype first: a float x gets the cotangent cast back."""
+    (x,) = inputs
+    if not (x.dtype.is_float and out.dtype.is_float):
+        return [None]
+    axis = node.attr("axis")
+    reversed_sum = fn.sum(g, axis, keepdims=True) - fn.cumsum(g, axis) + g
+    return [cast_to(reversed_sum, x.dtype)]
+
+
+register_vjp("matmul", _matmul)
+register_vjp("sum", _sum)
+register_vjp("mean", _mean)
+register_vjp("max", _extremum)
+register_vjp("min", _extremum)
+register_vjp("softmax", _softmax)
+register_vjp("log_softmax", _log_softmax)
+register_vjp("cumsum", _cumsum)

@@ -1,0 +1,264 @@
+"""Vector-Jacobian rules of the windowed NCHW ops, registered on the ops in `OPS` on
+import: convolutions as convolutions, pools and resizes through gathers or matrices.
+
+- conv2d: the input's cotangent is the transposed convolution of g by the same weight
+  (output_padding restoring the input's extent); the weight's is a convolution of the
+  input (channels as batch) by g (batch as channels) with stride and dilation swapped,
+  cropped to the kernel (`weight_gradient`, per group). conv_transpose2d is conv2d's
+  adjoint: its input's cotangent is conv2d(g, w) and its weight's the same weight
+  gradient with input and cotangent exchanged.
+- max_pool2d and adaptive_max_pool2d: every window's elements are gathered by a constant
+  index (`take`) from the input padded with the dtype's lowest value, compared with the
+  window's max, and the cotangent is split evenly among the maxima (MLX's max
+  convention) and scattered back (`scatter_add`).
+- avg_pool2d, adaptive_avg_pool2d, upsample_nearest2d and upsample_bilinear2d are linear
+  and separable, out = Lh x Lw^T per image: the cotangent is Lh^T g Lw, with the
+  per-axis matrices Lh, Lw built from torch's window, divisor and source-row rules
+  (those the NumPy kernels follow) as constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ml_dtypes
+import numpy as np
+
+from tensorgraph.ir import functions as fn
+from tensorgraph.ir.conv import conv2d, conv_transpose2d, pad
+from tensorgraph.ir.node import Node
+from tensorgraph.ir.ops import register_vjp
+from tensorgraph.ir.scatter import scatter_add
+from tensorgraph.ir.tensor import Tensor, emit
+from tensorgraph.ir.vjp_support import cast_to, zeros
+from tensorgraph.ir.window_inference import transposed_extent
+
+
+def _conv_attrs(node: Node) -> dict[str, object]:
+    return {k: node.attr(k) for k in ("stride", "padding", "dilation")}
+
+
+def weight_gradient(x: Tensor, g: Tensor, kernel: tuple[int, int], node: Node) -> Tensor:
+    """d <conv2d(x, w), g> / dw for w (O, Cg, KH, KW) at `node`'s stride, padding,
+    dilation and groups: per group, x's channels become the batch and its batch the
+    channels, g's batch the kernel's input channels, convolved at stride = the forward
+    dilation and dilation = the forward stride, then cropped to the kernel."""
+    groups = node.attr("groups")
+    n, c, h, w = x.shape
+    o = g.shape[1]
+    cg, og = c // groups, o // groups
+    xs = fn.transpose(fn.reshape(x, (n, groups, cg, h, w)), (2, 1, 0, 3, 4))
+    xs = fn.reshape(xs, (cg, groups * n, h, w))
+    gs = fn.transpose(fn.reshape(g, (n, groups, og, *g.shape[2:])), (1, 2, 0, 3, 4))
+    gs = fn.reshape(gs, (o, n, *g.shape[2:]))
+    full = conv2d(xs, gs, node.attr("dilation"), node.attr("padding"), node.attr("stride"), groups)
+    cropped = fn.narrow(fn.narrow(full, 2, 0, kernel[0]), 3, 0, kernel[1])
+    return fn.transpose(cropped, (1, 0, 2, 3))
+
+
+def _conv2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    x, w = (cast_to(t, out.dtype) for t in inputs)
+    (sh, sw), (ph, pw), (dh, dw) = (node.attr(k) for k in ("stride", "padding", "dilation"))
+    kh, kw = w.shape[2:]
+    extra = (
+        x.shape[2] - transposed_extent(g.shape[2], kh, sh, ph, dh, 0),
+        x.shape[3] - transposed_extent(g.shape[3], kw, sw, pw, dw, 0),
+    )
+    gx = conv_transpose2d(
+        g, w, **_conv_attrs(node), output_padding=extra, groups=node.attr("groups")
+    )
+    gw = weight_gradient(x, g, (kh, kw), node)
+    return [cast_to(gx, inputs[0].dtype), cast_to(gw, inputs[1].dtype)]
+
+
+def _conv_transpose2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    x, w = (cast_to(t, out.dtype) for t in inputs)
+    groups = node.attr("groups")
+    gx = conv2d(g, w, node.attr("stride"), node.attr("padding"), node.attr("dilation"), groups)
+    gx = fn.narrow(fn.narrow(gx, 2, 0, x.shape[2]), 3, 0, x.shape[3])
+    gw = weight_gradient(g, x, w.shape[2:], node)
+    return [cast_to(gx, inputs[0].dtype), cast_to(gw, inputs[1].dtype)]
+
+
+# ---------------------------------------------------------------- max pools
+
+
+def _lowest(x: Tensor) -> float:
+    return float(ml_dtypes.finfo(x.dtype.to_numpy()).min)
+
+
+def _max_windows(
+    x: Tensor, out: Tensor, g: Tensor, index: np.ndarray, flat: Tensor, origin: tuple
+) -> Tensor:
+    """The cotangent of a max over windows: `flat` is x (N, C, P) flattened (padded),
+    `index` (OH, OW, K) the flat position of each window element; g split evenly among
+    each window's maxima, scattered into zeros like `flat`, then cut back to x by
+    `origin`, a function of the scattered (N, C, P) tensor."""
+    n, c = x.shape[:2]
+    oh, ow, k = index.shape
+    positions = x.graph.constant(index.reshape(-1).astype(np.int32))
+    windows = fn.reshape(fn.take(flat, positions, 2), (n, c, oh, ow, k))
+    hits = fn.astype(fn.equal(windows, fn.reshape(out, (n, c, oh, ow, 1))), x.dtype)
+    shares = hits * fn.reshape(g, (n, c, oh, ow, 1)) / fn.sum(hits, 4, keepdims=True)
+    spread = fn.broadcast_to(fn.reshape(positions, (1, 1, oh * ow * k)), (n, c, oh * ow * k))
+    scattered = scatter_add(zeros(flat), fn.reshape(shares, (n, c, oh * ow * k)), spread, 2)
+    return origin(scattered)
+
+
+def _max_pool2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    (x,) = inputs
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw) = node.attr("kernel_size"), node.attr("stride")
+    (ph, pw), (dh, dw) = node.attr("padding"), node.attr("dilation")
+    oh, ow = out.shape[2:]
+    # windows may run past the padded input under ceil_mode: pad enough for the last
+    tall = max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1)
+    wide = max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)
+    padded = pad(x, [(0, 0), (0, 0), (ph, tall - h - ph), (pw, wide - w - pw)], _lowest(x))
+    rows = (np.arange(oh) * sh)[:, None] + np.arange(kh) * dh  # (OH, KH)
+    cols = (np.arange(ow) * sw)[:, None] + np.arange(kw) * dw  # (OW, KW)
+    index = rows[:, None, :, None] * wide + cols[None, :, None, :]  # (OH, OW, KH, KW)
+    flat = fn.reshape(padded, (n, c, tall * wide))
+
+    def origin(scattered: Tensor) -> Tensor:
+        full = fn.reshape(scattered, (n, c, tall, wide))
+        return fn.narrow(fn.narrow(full, 2, ph, h), 3, pw, w)
+
+    return [_max_windows(x, out, g, index.reshape(oh, ow, kh * kw), flat, origin)]
+
+
+def adaptive_windows(size: int, out: int) -> list[tuple[int, int]]:
+    """torch's adaptive windows along one axis: [floor(i*size/out), ceil((i+1)*size/out))."""
+    return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
+
+
+def _adaptive_max_pool2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    """Windows of unequal sizes: each is padded to the largest with position H*W, an
+    extra element of the lowest value appended to the flattened input."""
+    (x,) = inputs
+    n, c, h, w = x.shape
+    rows, cols = adaptive_windows(h, out.shape[2]), adaptive_windows(w, out.shape[3])
+    kh = max(e - s for s, e in rows)
+    kw = max(e - s for s, e in cols)
+    index = np.full((len(rows), len(cols), kh * kw), h * w, np.int64)
+    for i, (r0, r1) in enumerate(rows):
+        for j, (c0, c1) in enumerate(cols):
+            cells = (np.arange(r0, r1)[:, None] * w + np.arange(c0, c1)).reshape(-1)
+            index[i, j, : cells.size] = cells
+    sentinel = emit(
+        "full", [], graph=x.graph, shape=(n, c, 1), value=_lowest(x), dtype=x.dtype.name
+    )
+    flat = fn.concatenate([fn.reshape(x, (n, c, h * w)), sentinel], 2)
+
+    def origin(scattered: Tensor) -> Tensor:
+        return fn.reshape(fn.narrow(scattered, 2, 0, h * w), x.shape)
+
+    return [_max_windows(x, out, g, index, flat, origin)]
+
+
+# ---------------------------------------------------------------- linear, separable
+
+
+def _avg_matrix(size: int, out: int, kernel: int, stride: int, pad_: int, node: Node) -> np.ndarray:
+    """Row i: 1/divisor over window i's real elements (torch's avg_pool2d divisors)."""
+    matrix = np.zeros((out, size))
+    for i in range(out):
+        start = i * stride - pad_
+        end = min(start + kernel, size + pad_)
+        first, last = max(start, 0), min(end, size)
+        if node.attr("divisor_override"):
+            divisor = 1.0  # the override divides once, after both axes
+        elif node.attr("count_include_pad"):
+            divisor = end - start
+        else:
+            divisor = last - first
+        matrix[i, first:last] = 1.0 / divisor
+    return matrix
+
+
+def _nearest_matrix(size: int, out: int) -> np.ndarray:
+    """One-hot rows at torch's legacy nearest source (float32 products, as its CPU code)."""
+    if out == size:
+        source = np.arange(out)
+    elif out == 2 * size:
+        source = np.arange(out) >> 1
+    else:
+        products = np.arange(out, dtype=np.float32) * (np.float32(size) / np.float32(out))
+        source = np.minimum(np.floor(products).astype(np.int64), size - 1)
+    matrix = np.zeros((out, size))
+    matrix[np.arange(out), source] = 1.0
+    return matrix
+
+
+def _linear_matrix(size: int, out: int, align_corners: bool) -> np.ndarray:
+    """torch's bilinear source coordinates: weights 1 - t and t on the two source rows."""
+    positions = np.arange(out, dtype=np.float64)
+    if align_corners:
+        source = positions * ((size - 1) / (out - 1) if out > 1 else 0.0)
+    else:
+        source = np.maximum((positions + 0.5) * (size / out) - 0.5, 0.0)
+    lower = np.minimum(np.floor(source).astype(np.int64), size - 1)
+    upper = np.minimum(lower + 1, size - 1)
+    matrix = np.zeros((out, size))
+    np.add.at(matrix, (np.arange(out), lower), 1 - (source - lower))
+    np.add.at(matrix, (np.arange(out), upper), source - lower)
+    return matrix
+
+
+def _separable(x: Tensor, g: Tensor, rows: np.ndarray, cols: np.ndarray, scale: float) -> Tensor:
+    """Lh^T g Lw * scale for out = Lh x Lw^T * scale (rows Lh (OH, H), cols Lw (OW, W))."""
+    dtype = x.dtype.to_numpy()
+    left = x.graph.constant(rows.T.astype(dtype))
+    right = x.graph.constant((cols * scale).astype(dtype))
+    return fn.matmul(fn.matmul(left, g), right)
+
+
+def _avg_pool2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    (x,) = inputs
+    if not x.dtype.is_float:
+        return [None]
+    kernel, stride, padding = (node.attr(k) for k in ("kernel_size", "stride", "padding"))
+    rows, cols = (
+        _avg_matrix(x.shape[2 + a], out.shape[2 + a], kernel[a], stride[a], padding[a], node)
+        for a in range(2)
+    )
+    override = node.attr("divisor_override")
+    return [_separable(x, g, rows, cols, 1.0 / override if override else 1.0)]
+
+
+def _adaptive_avg_pool2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    (x,) = inputs
+    if not x.dtype.is_float:
+        return [None]
+    matrices = []
+    for a in range(2):
+        matrix = np.zeros((out.shape[2 + a], x.shape[2 + a]))
+        for i, (start, end) in enumerate(adaptive_windows(x.shape[2 + a], out.shape[2 + a])):
+            matrix[i, start:end] = 1.0 / (end - start)
+        matrices.append(matrix)
+    return [_separable(x, g, *matrices, 1.0)]
+
+
+def _upsample_nearest2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    (x,) = inputs
+    if not x.dtype.is_float:
+        return [None]
+    rows, cols = (_nearest_matrix(x.shape[2 + a], out.shape[2 + a]) for a in range(2))
+    return [_separable(x, g, rows, cols, 1.0)]
+
+
+def _upsample_bilinear2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    (x,) = inputs
+    align = node.attr("align_corners")
+    rows, cols = (_linear_matrix(x.shape[2 + a], out.shape[2 + a], align) for a in range(2))
+    return [_separable(x, g, rows, cols, 1.0)]
+
+
+register_vjp("conv2d", _conv2d)
+register_vjp("conv_transpose2d", _conv_transpose2d)
+register_vjp("max_pool2d", _max_pool2d)
+register_vjp("adaptive_max_pool2d", _adaptive_max_pool2d)
+register_vjp("avg_pool2d", _avg_pool2d)
+register_vjp("adaptive_avg_pool2d", _adaptive_avg_pool2d)
+register_vjp("upsample_nearest2d", _upsample_nearest2d)
+register_vjp("upsample_bilinear2d", _upsample_bilinear2d)
