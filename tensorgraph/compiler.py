@@ -424,6 +424,7 @@ def compile(
             rewritten,
             memory_budget,
             options.alignment,
+            options.analyses,
             lambda g: _finish(graph, g, dict(stats), options, states, debug),
         )
     return _finish(graph, rewritten, stats, options, states, debug)

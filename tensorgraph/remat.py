@@ -18,10 +18,11 @@ Steps:
 4. rewrite (copies emitted before their backward readers), schedule, plan, and bisect
    the model budget on whether the placed arena fits (MAX_ATTEMPTS points at most),
    keeping the fitting point of fewest FLOPs;
-5. otherwise try the fixed fallbacks, checkpoint-every-layer (keep only the inputs of
-   each forward matmul and convolution) and recompute-every-candidate; if none fits,
-   PlanError naming the smallest arena among keep-all and the fallbacks: compiling
-   with that budget succeeds.
+5. plan the fixed fallbacks too, checkpoint-every-layer (keep only the inputs of each
+   forward matmul and convolution) and recompute-every-candidate, and answer the
+   fitting point of fewest FLOPs (then smallest arena); if none fits, PlanError naming
+   the smallest arena among keep-all and the fallbacks: compiling with that budget
+   succeeds.
 Deterministic: every search counts work (HiGHS nodes, greedy evaluations), never time.
 """
 
@@ -69,6 +70,7 @@ def compile_to_budget(
     rewritten: Graph,
     budget: int,
     alignment: int,
+    analyses: tuple[str, ...],
     finish: Callable[[Graph], object],
 ) -> object:
     """The Program (from `finish`, which schedules and plans a graph) of `rewritten`
@@ -85,7 +87,7 @@ def compile_to_budget(
             keep, remat=RematReport(budget, "keep-all", 0, (), (), 0.0, keep_arena, keep_arena, 0.0)
         )
     started = time.perf_counter()
-    model = build_model(rewritten, alignment)
+    model = build_model(rewritten, alignment, analyses)
     scale = model.peak(frozenset()) / max(1, keep.plan.lower_bound)
     target = int(budget * scale)
 
@@ -129,9 +131,7 @@ def compile_to_budget(
         fitting = trial
         if best is None or choice.flops < best[0].flops:
             best = (choice, prog)
-    if best is not None:
-        choice, prog = best
-        return evolve(prog, remat=report(choice, prog.plan.arena_size))
+    fits: list[tuple[RematChoice, object]] = [] if best is None else [best]
     smallest, how = keep_arena, "keep-all"
     for method, recompute in (
         ("checkpoint-layers", checkpoint_layers(model)),
@@ -141,12 +141,47 @@ def compile_to_budget(
         prog = finish(rematerialize(rewritten, emit))
         arena = prog.plan.arena_size
         if arena <= budget:
-            choice = RematChoice(recompute, emit, model.recompute_cost(recompute), 0, method, None)
-            return evolve(prog, remat=report(choice, arena))
+            flops = model.recompute_cost(recompute)
+            fits.append((RematChoice(recompute, emit, flops, 0, method, None), prog))
         if arena < smallest:
             smallest, how = arena, method
+    if fits:
+        choice, prog = min(fits, key=lambda f: (f[0].flops, f[1].plan.arena_size))
+        return evolve(prog, remat=report(choice, prog.plan.arena_size))
     raise PlanError(
         f"graph {rewritten.name!r}: memory_budget {budget} B is below every arena "
         f"rematerialisation found; the smallest budget found feasible is {smallest} B "
         f"({how}; keeping every value needs {keep_arena} B)"
     )
+
+
+def compile_checkpointed(graph: Graph, **options: object) -> object:
+    """`graph` compiled as checkpoint-every-layer would run it: every candidate
+    recomputed except the layer inputs (the data operand of each forward matmul and
+    convolution, `planner.remat.checkpoint_layers`), through the same rewrite, schedule
+    and plan as `compile(graph, memory_budget=...)`; `remat` reports its FLOPs and arena
+    (method "checkpoint-layers"). `options` are `tg.compile`'s."""
+    from tensorgraph.compiler import _finish, _rewrite, compile
+    from tensorgraph.planner.remat import build_model, checkpoint_layers, rematerialize
+
+    keep = compile(graph, **options)
+    opts = keep.options
+    rewritten, stats = _rewrite(graph, opts, False)
+    model = build_model(rewritten, opts.alignment, opts.analyses)
+    recompute = checkpoint_layers(model)
+    emit = model.latest_emission(recompute)
+    prog = _finish(graph, rematerialize(rewritten, emit), stats, opts, None, False)
+    kept = tuple(u for u in model.candidates if u not in emit)
+    arena = prog.plan.arena_size
+    report = RematReport(
+        arena,
+        "checkpoint-layers",
+        model.recompute_cost(recompute),
+        tuple(sorted(emit)),
+        kept,
+        None,
+        arena,
+        keep.plan.arena_size,
+        0.0,
+    )
+    return evolve(prog, remat=report)

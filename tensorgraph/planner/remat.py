@@ -15,12 +15,14 @@ its last forward reader. A copy computes the same op on the same values, so ever
 output is bit for bit what the graph computed without it.
 
 The memory model (`RematModel`) is the planner's liveness (planner/liveness.py) on the
-program order, with views resolved to their roots and every other root its own buffer
-(aligned size): a buffer is live from its producer's step through its last reader's
-step, and the peak is the most bytes live at one step. Copies emitted before step `t`
-count as live at `t`, with their inputs: what a copy reads only there is counted one
-step longer than the planner will, so the model's peak bounds the rewritten graph's
-program-order lower bound from above (before reinplacing, which only lowers it).
+program order: a buffer is live from its producer's step through its last reader's
+step, and the peak is the most bytes live at one step. Forward roots are their own
+buffers (aligned size) with views resolved to them; every other buffer is the
+planner's, with its in-place writes (a backward value written over a forward root
+counts from the root's death on). Copies emitted before step `t`
+count as live at `t`, with their inputs. The model is an estimate where in-place writes
+change with the choice (tensorgraph/remat.py plans every point it takes and keeps only
+those whose placed arena fits).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from attrs import evolve, frozen
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
-from tensorgraph.planner.aliasing import Aliasing, view_of
+from tensorgraph.planner.aliasing import ANALYSES, Aliasing, view_of
 from tensorgraph.planner.buffers import align_up
 from tensorgraph.planner.flops import flops
 from tensorgraph.planner.liveness import analyze
@@ -130,8 +132,11 @@ def _root(graph: Graph, node: Node, root: dict[int, int]) -> int:
     return node.id if alias is None else root[alias.source]
 
 
-def build_model(graph: Graph, alignment: int = 64) -> RematModel:
-    """The `RematModel` of `graph` in its node order (see the module docstring)."""
+def build_model(
+    graph: Graph, alignment: int = 64, analyses: Sequence[str] = ANALYSES
+) -> RematModel:
+    """The `RematModel` of `graph` in its node order (see the module docstring); the
+    alias analyses `analyses` shape the buffers the choice does not touch."""
     nodes = list(graph.nodes)
     pos = {n.id: k for k, n in enumerate(nodes)}
     forward = _forward_ids(graph)
@@ -154,17 +159,26 @@ def build_model(graph: Graph, alignment: int = 64) -> RematModel:
     backward = tuple(pos[n.id] for n in nodes if n.id not in forward and not OPS[n.op].boundary)
     backward_set = set(backward)
     # Liveness with views only: each root one buffer, as the model counts it.
-    live = analyze(graph, tuple(pos), _views(graph))
+    order = tuple(pos)
+    views = analyze(graph, order, _aliasing(graph, ("view_alias",), alignment))
+    end = {b.id: b.end - 1 for b in views.buffers if b.id in is_root}
+    # Every other buffer as the planner sees it, with the in-place writes and concat
+    # placements of `analyses`; a buffer holding forward roots counts from the last of
+    # their (views-only) lifetimes on: the backward values written over them.
+    full = analyze(graph, order, _aliasing(graph, analyses, alignment))
+    members: dict[int, list[int]] = {}
+    for u in roots:
+        members.setdefault(full.storage[u].root, []).append(u)
     steps = len(nodes)
     base = np.zeros(steps + 1, dtype=np.int64)
-    end: dict[int, int] = {}
-    for b in live.buffers:
+    for b in full.buffers:
         size = align_up(b.size, alignment)
-        if b.id in is_root:
-            end[b.id] = b.end - 1
-            continue
-        base[b.start] += size
-        base[b.end] -= size
+        start = b.start
+        if b.id in members:
+            start = max(end.get(u, pos[u]) for u in members[b.id]) + 1
+        if start < b.end:
+            base[start] += size
+            base[b.end] -= size
     fwd_last = {
         u: max([r for r in readers[u] if r not in backward_set], default=pos[u]) for u in roots
     }
@@ -201,10 +215,11 @@ def build_model(graph: Graph, alignment: int = 64) -> RematModel:
     )
 
 
-def _views(graph: Graph) -> Aliasing:
+def _aliasing(graph: Graph, analyses: Sequence[str], alignment: int) -> Aliasing:
     from tensorgraph.planner.aliasing import analyze_aliasing
 
-    return analyze_aliasing(graph, tuple(n.id for n in graph.nodes), ("view_alias",))
+    order = tuple(n.id for n in graph.nodes)
+    return analyze_aliasing(graph, order, tuple(analyses), alignment=alignment)
 
 
 def rematerialize(graph: Graph, emit: Mapping[int, int]) -> Graph:
@@ -250,7 +265,8 @@ def rematerialize(graph: Graph, emit: Mapping[int, int]) -> Graph:
     for k, n in enumerate(nodes):
         for u in sorted(at.get(k, ()), key=pos.__getitem__):
             node = graph.node(u)
-            out.append(evolve(node, id=next_id, inputs=tuple(resolve(i) for i in node.inputs)))
+            inputs = tuple(resolve(i) for i in node.inputs)  # may emit view copies first
+            out.append(evolve(node, id=next_id, inputs=inputs))
             copy[u] = next_id
             next_id += 1
         if k >= first_backward and n.id not in forward and n.inputs:
