@@ -409,6 +409,10 @@ def compile(
         tail_guard,
     )
     check_options(options)
+    if memory_budget is not None:
+        from tensorgraph.remat import check_budget
+
+        check_budget(memory_budget)
     if states is not None:
         _check_state_region(states)
     debug = debug_default() if debug is None else debug
@@ -417,9 +421,8 @@ def compile(
         raise GraphError(f"graph {graph.name!r} has no outputs; call g.output(...)")
     rewritten, stats = _rewrite(graph, options, debug)
     if memory_budget is not None:
-        from tensorgraph.remat import check_budget, compile_to_budget
+        from tensorgraph.remat import compile_to_budget
 
-        check_budget(memory_budget)
         return compile_to_budget(
             rewritten,
             memory_budget,

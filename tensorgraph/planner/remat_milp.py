@@ -38,7 +38,7 @@ from scipy.sparse import coo_array
 
 from tensorgraph.planner.remat import RematModel
 
-# Branch-and-bound nodes HiGHS may explore; the zoo MLP and CNN solve at the root node.
+# Branch-and-bound nodes HiGHS may explore before it answers its best point and bound.
 DEFAULT_NODE_LIMIT = 2000
 # Integer programs above this many variables go to the heuristic alone.
 MAX_VARIABLES = 60_000
