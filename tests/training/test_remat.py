@@ -17,6 +17,7 @@ import tensorgraph as tg
 from tensorgraph.compiler import CompileOptions, _rewrite
 from tensorgraph.ir.tensor import Tensor
 from tensorgraph.ir.verify import verify
+from tensorgraph.models import build_model as build_zoo_model
 from tensorgraph.models import mlp
 from tensorgraph.planner.check import verify_plan
 from tensorgraph.planner.remat import build_model, rematerialize
@@ -196,3 +197,16 @@ def test_a_copy_reading_a_forward_view_gets_an_id_of_its_own():
     expected = tg.compile(grads).run(*feeds, backend="numpy")
     ours = tg.compile(graph).run(*feeds, backend="arena")
     assert all(np.array_equal(a, b) for a, b in zip(ours, expected, strict=True))
+
+
+@pytest.mark.slow
+def test_the_cnn_recomputes_no_more_than_checkpoint_every_layer_at_its_arena():
+    model = build_zoo_model("resnet18", batch=2, image=16, width=4)
+    grads = tg.value_and_grad(with_loss(model.graph))
+    keep = tg.compile(grads)
+    layers = compile_checkpointed(grads)
+    prog = tg.compile(grads, memory_budget=layers.plan.arena_size)
+    assert prog.plan.arena_size <= layers.plan.arena_size <= keep.plan.arena_size
+    assert prog.remat.recompute_flops <= layers.remat.recompute_flops
+    feeds = (model.inputs(0), {})
+    check_program(prog, layers.plan.arena_size, keep.run(*feeds, backend="numpy"), feeds)
