@@ -26,7 +26,7 @@ from tensorgraph.remat import compile_checkpointed
 
 MODELS = {
     "mlp": ("mlp", {"batch": 512, "features": 128, "hidden": 256, "layers": 4}),
-    "cnn": ("resnet18", {"batch": 2, "image": 32, "width": 8}),
+    "cnn": ("resnet18", {"batch": 8, "image": 64, "width": 8}),
     "gpt2": ("gpt2", {"batch": 4, "seq": 64, "dim": 64, "heads": 2, "layers": 2, "vocab": 128}),
     "llama": (
         "llama",
