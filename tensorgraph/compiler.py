@@ -29,6 +29,7 @@ from tensorgraph.planner.aliasing import ANALYSES, Aliasing, analyze_aliasing
 from tensorgraph.planner.footprint import Footprint, footprint
 from tensorgraph.planner.parametric import ParametricPlan
 from tensorgraph.planner.plan import MemoryPlan
+from tensorgraph.remat import RematReport
 
 DEFAULT_PASSES = ("dce", "cse", "fold", "view_alias", "copy_elim", "reinplace")
 # Other names a pass list may use: DESIGN.md calls copy elimination the "concat" analysis.
@@ -89,6 +90,9 @@ class Program:
     options: CompileOptions
     stats: Mapping[str, Mapping[str, object]] = field(factory=dict)
     source: Graph | None = None
+    # What rematerialisation under `memory_budget` chose (tensorgraph/remat.py); None
+    # when compiled without a budget (or loaded from a file).
+    remat: RematReport | None = None
 
     @property
     def schedule(self) -> tuple[int, ...]:
@@ -375,6 +379,7 @@ def compile(
     tail_guard: int = 0,
     debug: bool | None = None,
     states: tuple[Mapping[str, int], int] | None = None,
+    memory_budget: int | None = None,
 ) -> Program:
     """Compile `graph` into a `Program` (see the module docstring for the pipeline).
     Given a dict of entry name -> Graph, compile them together into a `MultiProgram`
@@ -395,13 +400,16 @@ def compile(
     states aligned, inside the region and disjoint.
     A graph with `tg.Dim`s compiles to a Program whose `plan` is a `ParametricPlan`, one
     plan exact at every length in the dims' ranges (tensorgraph/symbolic_program.py).
+    `memory_budget` (bytes, for a gradient graph or training step) makes the arena fit
+    that many bytes at the least recompute: forward values the backward reads are
+    recomputed instead of kept where needed (tensorgraph/remat.py; `prog.remat` reports
+    the choice); a budget no choice reaches is a PlanError naming the smallest arena
+    found. None: every value is kept and the order scheduled for the lowest peak.
     Raises GraphError on an unknown pass or an invalid graph, PlanError on a bad option,
     a plan that fails verification, or a multi-entry program with a symbolic entry."""
-    from tensorgraph.planner.plan import plan_memory
-    from tensorgraph.planner.schedule import reorder
-    from tensorgraph.planner.schedule import schedule as choose_order
-
     if isinstance(graph, Mapping):
+        if memory_budget is not None:
+            raise PlanError("memory_budget applies to one graph, not to a dict of entries")
         for entry in graph.values():
             if isinstance(entry, Graph) and entry.dims:
                 dims = ", ".join(d.describe() for d in entry.dims.values())
@@ -410,7 +418,6 @@ def compile(
                     "plans static entries only; compile tg.specialize(graph, "
                     f"{next(iter(entry.dims))}=...) for one length, or the entry alone"
                 )
-    if isinstance(graph, Mapping):
         from tensorgraph.multi import compile_entries
 
         return compile_entries(
@@ -442,6 +449,10 @@ def compile(
         tail_guard,
     )
     check_options(options)
+    if memory_budget is not None:
+        from tensorgraph.remat import check_budget
+
+        check_budget(memory_budget)
     if states is not None:
         _check_state_region(states)
     debug = debug_default() if debug is None else debug
@@ -450,6 +461,11 @@ def compile(
             raise PlanError(f"graph {graph.name!r}: a symbolic graph plans its own state region")
         if not graph.outputs:
             raise GraphError(f"graph {graph.name!r} has no outputs; call g.output(...)")
+        if memory_budget is not None:  # the budget's choice is made on one plan's sizes
+            raise PlanError(
+                f"graph {graph.name!r}: memory_budget applies to static graphs; compile "
+                "tg.specialize(graph, ...) at the length the budget is for"
+            )
         from tensorgraph.symbolic_program import compile_symbolic
 
         return compile_symbolic(graph, options, debug)
@@ -457,6 +473,36 @@ def compile(
     if not graph.outputs:
         raise GraphError(f"graph {graph.name!r} has no outputs; call g.output(...)")
     rewritten, stats = _rewrite(graph, options, debug)
+    if memory_budget is not None:
+        from tensorgraph.remat import compile_to_budget
+
+        return compile_to_budget(
+            rewritten,
+            memory_budget,
+            options.alignment,
+            options.analyses,
+            lambda g: _finish(graph, g, dict(stats), options, states, debug),
+        )
+    return _finish(graph, rewritten, stats, options, states, debug)
+
+
+def _finish(
+    graph: Graph,
+    rewritten: Graph,
+    stats: dict[str, dict[str, object]],
+    options: CompileOptions,
+    states: tuple[Mapping[str, int], int] | None,
+    debug: bool,
+) -> Program:
+    """Schedule, alias, plan and verify `rewritten` (the rewrites' result for `graph`)."""
+    from tensorgraph.planner.plan import plan_memory
+    from tensorgraph.planner.schedule import reorder
+    from tensorgraph.planner.schedule import schedule as choose_order
+
+    alignment, planner = options.alignment, options.planner
+    params_in_arena, tail_guard = options.params_in_arena, options.tail_guard
+    schedule_budget, planner_budget = options.schedule_budget, options.planner_budget
+    time_limit = options.time_limit
     chosen = choose_order(
         rewritten,
         options.schedule,

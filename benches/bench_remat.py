@@ -1,0 +1,118 @@
+"""Rematerialisation under a memory budget (issue 27): for training steps (AdamW) of the
+zoo MLP, CNN (ResNet-18) and small GPT-2 and Llama, the keep-everything arena,
+checkpoint-every-layer's point (arena, recompute FLOPs), and `tg.compile(step,
+memory_budget=...)` over a sweep of budgets (from the keep-everything arena down to
+checkpoint-every-layer's, then half the keep-everything arena):
+placed arena, recompute FLOPs (also as a ratio to the forward's FLOPs), the solver's
+proven gap, the method that answered and the time to choose. Every point is checked:
+arena <= budget, and one step on the arena executor equals the keep-everything step
+bit for bit.
+
+    PYTHONPATH=. python benches/bench_remat.py [--models mlp,cnn,gpt2,llama]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import tensorgraph as tg
+from tensorgraph.ir.tensor import Tensor
+from tensorgraph.models import build_model
+from tensorgraph.planner.flops import flops
+from tensorgraph.remat import compile_checkpointed
+
+MODELS = {
+    "mlp": ("mlp", {"batch": 512, "features": 128, "hidden": 256, "layers": 4}),
+    "cnn": ("resnet18", {"batch": 8, "image": 64, "width": 8}),
+    "gpt2": ("gpt2", {"batch": 4, "seq": 64, "dim": 64, "heads": 2, "layers": 2, "vocab": 128}),
+    "llama": (
+        "llama",
+        {"batch": 4, "seq": 64, "dim": 64, "heads": 2, "hidden": 192, "layers": 2, "vocab": 128},
+    ),
+}
+# Budgets: these fractions of the way from the keep-everything arena down to
+# checkpoint-every-layer's, then half the keep-everything arena.
+SPAN = (0.25, 0.5, 0.75, 1.0)
+
+
+def with_loss(graph: tg.Graph) -> tg.Graph:
+    """`graph` with its output replaced by sum(output * fixed weights): a scalar loss."""
+    out = graph.node(graph.outputs[0])
+    weights = np.random.default_rng(0).uniform(-1, 1, out.shape).astype(np.float32)
+    g = tg.Graph.from_nodes(graph.name, graph.nodes, [], graph.param_values)
+    g.output((Tensor(g, out.id) * g.constant(weights)).sum())
+    return g
+
+
+def forward_flops(graph: tg.Graph) -> int:
+    """FLOPs of the nodes the loss depends on (the forward), planner/flops.py's."""
+    seen, stack = set(), [graph.outputs[0]]
+    while stack:
+        i = stack.pop()
+        if i not in seen:
+            seen.add(i)
+            stack.extend(graph.node(i).inputs)
+    return sum(flops(graph, graph.node(i)) for i in seen)
+
+
+def one_step(prog: tg.Program, feeds: dict) -> list:
+    return prog.run(feeds, backend="arena", state=prog.new_state("arena"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    args = parser.parse_args()
+    for name in args.models.split(","):
+        zoo, config = MODELS[name]
+        model = build_model(zoo, **config)
+        loss = with_loss(model.graph)
+        step = tg.train_step(loss, optimizer=tg.optim.AdamW(learning_rate=1e-3))
+        feeds = model.inputs(0)
+        keep = tg.compile(step)
+        expected = one_step(keep, feeds)
+        fwd = forward_flops(loss)
+        layers = compile_checkpointed(step)
+        keep_arena = keep.plan.arena_size
+        print(f"\n{name} ({zoo} {config}): {len(keep.graph)} nodes, forward {fwd:,} FLOPs")
+        print(f"  keep everything        arena {keep_arena:>10,} B")
+        print(
+            f"  checkpoint every layer arena {layers.plan.arena_size:>10,} B "
+            f"({layers.plan.arena_size / keep_arena:.2f}x)  recompute "
+            f"{layers.remat.recompute_flops:,} FLOPs "
+            f"({layers.remat.recompute_flops / fwd:.2f}x forward)"
+        )
+        header = "budget", "arena", "x keep", "recompute FLOPs", "x fwd", "gap", "method", "s"
+        print("  " + "".join(f"{h:>16}" for h in header))
+        span = keep_arena - layers.plan.arena_size
+        for budget in [keep_arena - int(f * span) for f in SPAN] + [keep_arena // 2]:
+            started = time.perf_counter()
+            try:
+                prog = tg.compile(step, memory_budget=budget)
+            except tg.PlanError as err:
+                print(f"  {budget:>16,}  no point fits: {str(err).split('; ', 1)[1]}")
+                continue
+            seconds = time.perf_counter() - started
+            got = one_step(prog, feeds)
+            assert prog.plan.arena_size <= budget
+            assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+            r = prog.remat
+            gap = "-" if r.gap is None else f"{r.gap:.3f}"
+            row = (
+                f"{budget:,}",
+                f"{r.arena:,}",
+                f"{r.arena / keep_arena:.2f}",
+                f"{r.recompute_flops:,}",
+                f"{r.recompute_flops / fwd:.2f}",
+                gap,
+                r.method,
+                f"{seconds:.1f}",
+            )
+            print("  " + "".join(f"{c:>16}" for c in row))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Rematerialisation under a memory budget: the driver of `tg.compile(graph,
+memory_budget=bytes)` for a gradient graph or a training step.
+
+Cost model: the FLOPs of every recomputed node (planner/flops.py: matmul 2*M*N*K,
+convolution 2 * outputs * C_in/groups * kh * kw, attention its two matmuls and softmax,
+normalisations 5 per element, reductions 1 per input element, elementwise 1 per
+element, layout and view ops 0). Memory: the arena the planner places.
+
+Steps:
+1. plan the graph keeping every value (today's program, scheduled for the lowest
+   peak); if its arena fits the budget, that is the answer (method "keep-all");
+2. build the memory model (planner/remat.py: the planner's liveness on the program
+   order, views resolved, no in-place writes) and scale the budget by the model's to
+   the planner's keep-everything peak (the model does not see reinplacing);
+3. solve the integer program (planner/remat_milp.py, HiGHS under a node limit) and
+   the greedy heuristic for a model budget (first the scaled one), and take the point
+   of fewer FLOPs (the integer program on a tie);
+4. rewrite (copies emitted before their backward readers), schedule, plan, and bisect
+   the model budget on whether the placed arena fits (MAX_ATTEMPTS points at most),
+   keeping the fitting point of fewest FLOPs;
+5. plan the fixed fallbacks too, checkpoint-every-layer (keep only the inputs of each
+   forward matmul and convolution) and recompute-every-candidate, and answer the
+   fitting point of fewest FLOPs (then smallest arena); if none fits, PlanError naming
+   the smallest arena among keep-all and the fallbacks: compiling with that budget
+   succeeds.
+Deterministic: every search counts work (HiGHS nodes, greedy evaluations), never time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from attrs import evolve, frozen
+
+from tensorgraph.errors import PlanError
+from tensorgraph.ir.graph import Graph
+
+MAX_ATTEMPTS = 8
+
+
+@frozen
+class RematReport:
+    """What rematerialisation chose: the `budget` (bytes), the `method` ("keep-all",
+    "milp", "greedy", "checkpoint-layers", "recompute-all"), `recompute_flops` (the
+    FLOPs of the copies, planner/flops.py's estimate), the forward node ids
+    `recomputed` and `kept` (the candidates, ids of the rewritten graph before the
+    copies were added), the solver's proven `gap` (0.0: certified optimal for the
+    model; None: no bound, as for the heuristic and the fallbacks), the placed
+    `arena` and the `keep_all_arena` (bytes), and `solve_seconds` (informative only)."""
+
+    budget: int
+    method: str
+    recompute_flops: int
+    recomputed: tuple[int, ...]
+    kept: tuple[int, ...]
+    gap: float | None
+    arena: int
+    keep_all_arena: int
+    solve_seconds: float
+
+
+def check_budget(budget: object) -> None:
+    """PlanError unless `budget` is a positive int (bytes)."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise PlanError(f"memory_budget must be a positive int (bytes) but got {budget!r}")
+
+
+def compile_to_budget(
+    rewritten: Graph,
+    budget: int,
+    alignment: int,
+    analyses: tuple[str, ...],
+    finish: Callable[[Graph], object],
+) -> object:
+    """The Program (from `finish`, which schedules and plans a graph) of `rewritten`
+    whose arena is at most `budget` bytes at the least recompute found, with its
+    `remat` report (see the module docstring). PlanError naming the smallest arena
+    found when none fits."""
+    from tensorgraph.planner.remat import build_model, checkpoint_layers, rematerialize
+    from tensorgraph.planner.remat_milp import RematChoice, solve_greedy, solve_milp
+
+    keep = finish(rewritten)
+    keep_arena = keep.plan.arena_size
+    if keep_arena <= budget:
+        return evolve(
+            keep, remat=RematReport(budget, "keep-all", 0, (), (), 0.0, keep_arena, keep_arena, 0.0)
+        )
+    started = time.perf_counter()
+    model = build_model(rewritten, alignment, analyses)
+    scale = model.peak(frozenset()) / max(1, keep.plan.lower_bound)
+    target = int(budget * scale)
+
+    def report(choice: RematChoice, arena: int) -> RematReport:
+        kept = tuple(u for u in model.candidates if u not in choice.emit)
+        return RematReport(
+            budget,
+            choice.method,
+            choice.flops,
+            tuple(sorted(choice.emit)),
+            kept,
+            choice.gap,
+            arena,
+            keep_arena,
+            time.perf_counter() - started,
+        )
+
+    # Bisect the model budget between a target whose point is too large once placed
+    # (`too_big`: keeping everything is) and one the model cannot meet (`too_small`),
+    # then between the best fitting target and `too_big`: a larger target never costs
+    # more FLOPs in the model, so the fitting point of the largest target wins.
+    too_small, too_big = 0, model.peak(frozenset())
+    best: tuple[RematChoice, object] | None = None
+    fitting: int | None = None
+    for attempt in range(MAX_ATTEMPTS):
+        if attempt == 0:
+            trial = min(target, too_big - alignment)
+        else:
+            trial = ((too_small if fitting is None else fitting) + too_big) // 2
+        if too_big - (too_small if fitting is None else fitting) <= alignment:
+            break
+        found = [c for c in (solve_milp(model, trial), solve_greedy(model, trial)) if c]
+        if not found:
+            too_small = trial
+            continue
+        choice = min(found, key=lambda c: (c.flops, c.method != "milp"))
+        prog = finish(rematerialize(rewritten, choice.emit))
+        if prog.plan.arena_size > budget:
+            too_big = trial
+            continue
+        fitting = trial
+        if best is None or choice.flops < best[0].flops:
+            best = (choice, prog)
+    fits: list[tuple[RematChoice, object]] = [] if best is None else [best]
+    smallest, how = keep_arena, "keep-all"
+    for method, recompute in (
+        ("checkpoint-layers", checkpoint_layers(model)),
+        ("recompute-all", frozenset(model.candidates)),
+    ):
+        emit = model.latest_emission(recompute)
+        prog = finish(rematerialize(rewritten, emit))
+        arena = prog.plan.arena_size
+        if arena <= budget:
+            flops = model.recompute_cost(recompute)
+            fits.append((RematChoice(recompute, emit, flops, 0, method, None), prog))
+        if arena < smallest:
+            smallest, how = arena, method
+    if fits:
+        choice, prog = min(fits, key=lambda f: (f[0].flops, f[1].plan.arena_size))
+        return evolve(prog, remat=report(choice, prog.plan.arena_size))
+    raise PlanError(
+        f"graph {rewritten.name!r}: memory_budget {budget} B is below every arena "
+        f"rematerialisation found; the smallest budget found feasible is {smallest} B "
+        f"({how}; keeping every value needs {keep_arena} B)"
+    )
+
+
+def compile_checkpointed(graph: Graph, **options: object) -> object:
+    """`graph` compiled as checkpoint-every-layer would run it: every candidate
+    recomputed except the layer inputs (the data operand of each forward matmul and
+    convolution, `planner.remat.checkpoint_layers`), through the same rewrite, schedule
+    and plan as `compile(graph, memory_budget=...)`; `remat` reports its FLOPs and arena
+    (method "checkpoint-layers"). `options` are `tg.compile`'s."""
+    from tensorgraph.compiler import _finish, _rewrite, compile
+    from tensorgraph.planner.remat import build_model, checkpoint_layers, rematerialize
+
+    keep = compile(graph, **options)
+    opts = keep.options
+    rewritten, stats = _rewrite(graph, opts, False)
+    model = build_model(rewritten, opts.alignment, opts.analyses)
+    recompute = checkpoint_layers(model)
+    emit = model.latest_emission(recompute)
+    prog = _finish(graph, rematerialize(rewritten, emit), stats, opts, None, False)
+    kept = tuple(u for u in model.candidates if u not in emit)
+    arena = prog.plan.arena_size
+    report = RematReport(
+        arena,
+        "checkpoint-layers",
+        model.recompute_cost(recompute),
+        tuple(sorted(emit)),
+        kept,
+        None,
+        arena,
+        keep.plan.arena_size,
+        0.0,
+    )
+    return evolve(prog, remat=report)
