@@ -13,9 +13,10 @@ optimizer moments are states updated in place by every call. The data come from
   `seq` tokens and predicts each next one (next-token targets).
 
 Printed: the plan's memory (arena, the state region holding weights and optimizer
-state, constants, I/O), the recompute overhead (0: every value the backward reads is
-kept, no memory budget), then one progress line per step with its loss and samples (or
-tokens) per second, and a summary. `--plot DIR` writes the loss curve as
+state, constants, I/O), the recompute overhead (0 without `--memory-budget`: every value
+the backward reads is kept; with it, `tg.compile(memory_budget=)`'s choice: the FLOPs
+recomputed per step and what chose them), then one progress line per step with its loss
+and samples (or tokens) per second, and a summary. `--plot DIR` writes the loss curve as
 `DIR/<model>_loss.png`. Bad input (an unknown or untrainable model, a non-positive
 learning rate, step count or batch) is one line and exit 2, as every command's.
 """
@@ -133,6 +134,27 @@ def memory_line(prog: object) -> str:
     )
 
 
+def recompute_line(prog: object) -> str:
+    """The recompute overhead: the FLOPs of the values recomputed per step, as a share
+    of the step's own FLOPs (planner/flops.py's estimate), and what chose them."""
+    from tensorgraph.planner.flops import flops
+    from tensorgraph.planner.timeline import byte_label
+
+    report = prog.remat
+    if report is None:
+        return "recompute: 0 FLOPs (no memory budget: every value the backward reads is kept)"
+    graph = prog.graph
+    total = sum(flops(graph, node) for node in graph.nodes)
+    share = report.recompute_flops / max(total - report.recompute_flops, 1)
+    gap = "no bound" if report.gap is None else f"gap {report.gap:.3g}"
+    return (
+        f"recompute: {report.recompute_flops:,} FLOPs per step (+{share:.2%}), "
+        f"{len(report.recomputed)} values recomputed by {report.method} ({gap}); arena "
+        f"{byte_label(report.arena)} against {byte_label(report.keep_all_arena)} keeping "
+        f"every value, budget {byte_label(report.budget)}"
+    )
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import tensorgraph as tg
 
@@ -143,9 +165,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     task = training_task(args.model, config, args.seed)
     optimizer = make_optimizer(args.optimizer, args.lr)
     print(f"compiling the training step of {args.model} ({args.optimizer}) ...", flush=True)
-    prog = tg.compile(tg.train_step(task.graph, optimizer=optimizer))
+    prog = tg.compile(
+        tg.train_step(task.graph, optimizer=optimizer), memory_budget=args.memory_budget
+    )
     print(f"  {memory_line(prog)}")
-    print("  recompute: 0 FLOPs (no memory budget: every value the backward reads is kept)")
+    print(f"  {recompute_line(prog)}")
     state = prog.new_state(args.backend)
     losses, rates = [], []
     for step in range(args.steps):
@@ -188,6 +212,25 @@ def plot_losses(losses: list[float], model: str, folder: Path) -> Path:
     figure.savefig(path)
     plt.close(figure)
     return path
+
+
+_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 10**3, "MB": 10**6}
+
+
+def byte_size(text: str) -> int:
+    """A positive number of bytes: an int with an optional binary (KiB, MiB, GiB) or
+    decimal (KB, MB) unit, fractions allowed with a unit (1.5MiB)."""
+    number = text.rstrip("KMGiB")
+    unit = text[len(number) :]
+    try:
+        value = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        value = -1
+    if not 0 < value < 1 << 62 or (not unit and not number.isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"expects a positive size in bytes, e.g. 40MiB, 512KiB or 3000000, but got {text!r}"
+        )
+    return int(value)
 
 
 def _trainable(text: str) -> str:
@@ -248,6 +291,14 @@ def add_train_command(commands: argparse._SubParsersAction) -> None:
         metavar="K=V",
         help="override config fields, e.g. hidden=64 layers=1 (default: the model's "
         "defaults, listed by `tensorgraph models`)",
+    )
+    sub.add_argument(
+        "--memory-budget",
+        type=byte_size,
+        default=None,
+        metavar="SIZE",
+        help="fit the step's arena in SIZE bytes (e.g. 40MiB, 512KiB, 3000000) at the "
+        "least recompute (default: keep every value the backward reads)",
     )
     sub.add_argument(
         "--plot",

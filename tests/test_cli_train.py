@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tensorgraph import cli
-from tensorgraph.cli_train import training_task
+from tensorgraph.cli_train import byte_size, training_task
 from tensorgraph.models import build_model
 from tensorgraph.runtime.reference import run_reference
 from tests.test_cli import tensorgraph
@@ -127,3 +127,55 @@ def test_bad_arguments_exit_two_with_one_line(flags, message, capsys):
     assert message in captured.err
     assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
     assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("3000000", 3_000_000),
+        ("40MiB", 40 << 20),
+        ("1.5KiB", 1536),
+        ("2KB", 2000),
+        ("1GiB", 1 << 30),
+    ],
+)
+def test_memory_budget_sizes(text, size):
+    assert byte_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "5TB", "MiB", "0KiB"])
+def test_a_bad_memory_budget_exits_two_with_one_line(text, capsys):
+    assert cli.main(["train", "mlp", *MLP, "--memory-budget", text]) == 2
+    captured = capsys.readouterr()
+    assert "--memory-budget" in captured.err and "Traceback" not in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_budget_below_keeping_everything_recomputes_and_trains_the_same(capsys):
+    """One byte below the keep-everything arena (read off a compile without a budget),
+    the step recomputes some forward values: its arena fits the budget, and the losses
+    are the no-budget run's bit for bit (a recomputed value is the same value)."""
+    import tensorgraph as tg
+    from tensorgraph.cli_train import make_optimizer
+
+    task = training_task("mlp", {"features": 8, "hidden": 16, "layers": 1, "classes": 4}, 0)
+    keep_all = tg.compile(tg.train_step(task.graph, optimizer=make_optimizer("adamw", None)))
+    budget = keep_all.plan.arena_size - 1
+    runs = {}
+    for flags in ([], ["--memory-budget", str(budget)]):
+        assert cli.main(["train", "mlp", *MLP, "--steps", "3", "--backend", "numpy", *flags]) == 0
+        runs[bool(flags)] = capsys.readouterr().out
+    assert _losses(runs[True]) == _losses(runs[False]) and len(_losses(runs[True])) == 3
+    found = re.search(
+        r"recompute: ([\d,]+) FLOPs per step .* by (\S+) .*; arena (.*) against", runs[True]
+    )
+    assert found and int(found.group(1).replace(",", "")) > 0 and found.group(2) != "keep-all"
+
+
+def test_a_budget_too_small_names_the_smallest_one_that_compiles(capsys):
+    assert cli.main(["train", "mlp", *MLP, "--steps", "1", "--memory-budget", "100"]) == 2
+    err = capsys.readouterr().err
+    smallest = re.search(r"the smallest budget found feasible is (\d+) B", err)
+    assert smallest and len(err.strip().splitlines()) == 1
+    flags = ["--steps", "1", "--backend", "numpy", "--memory-budget", smallest.group(1)]
+    assert cli.main(["train", "mlp", *MLP, *flags]) == 0
