@@ -69,11 +69,23 @@ def test_bad_options_exit_two_naming_them(capsys, extra, message) -> None:
 
 @pytest.mark.slow  # about 10 s of export each
 @pytest.mark.parametrize(
-    "family", ["bart", "marian", "mbart", "pegasus", "m2m_100", "blenderbot-small", "mt5", "umt5"]
+    "family",
+    [
+        "bart",
+        "marian",
+        "mbart",
+        "pegasus",
+        "m2m_100",
+        "blenderbot-small",
+        "mt5",
+        "umt5",
+        "switch_transformers",
+    ],
 )
 def test_other_text_families_generate_transformers_tokens(family: str) -> None:
     """The same path, no per-family code: learned, sinusoidal and relative positions,
-    pre- and post-norm layers, forced EOS."""
+    pre- and post-norm layers, forced EOS, top-1 routed experts (Switch Transformers'
+    sparse layers, exported under the importer's stand-ins)."""
     result = tensorgraph("generate", f"hf:{family}", *SMALL, "--backend", "numpy")
     assert result.returncode == 0, result.stderr
     assert result.stdout.rstrip().endswith("tokens match transformers generate: yes")

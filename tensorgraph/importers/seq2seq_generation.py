@@ -52,6 +52,7 @@ import copy
 
 from tensorgraph.errors import GraphError
 from tensorgraph.importers.generation import _without_unread_states
+from tensorgraph.importers.stand_ins import stand_ins
 from tensorgraph.importers.torch_export import _first_line, from_exported
 from tensorgraph.ir import api as tg
 
@@ -269,9 +270,10 @@ def from_torch_seq2seq_generation(
 
 def _export(wrapper: _Seq2SeqCache, name: str, states: list[str]) -> tg.Graph:
     """Entry `name` exported (strict, as importers.generation does, for the same reason)
-    and imported with every buffer in `states` a state, read or written."""
+    under the stand-ins `from_torch` exports under (Switch Transformers' experts and
+    router), and imported with every buffer in `states` a state, read or written."""
     try:
-        with torch.no_grad():
+        with torch.no_grad(), stand_ins(wrapper):
             program = torch.export.export(wrapper, (), wrapper.example(name), strict=True)
     except Exception as err:
         raise GraphError(f"importing {name!r} failed at step 'export': {_first_line(err)}") from err

@@ -67,7 +67,7 @@ def verify_plan(graph: Graph, plan: object, aliasing: Aliasing) -> None:
     _check_states(graph, plan)
     _check_placement(graph, plan, aliasing)
     _check_versions(graph, plan, aliasing, plan.liveness)
-    _check_state_writes(graph, plan)
+    _check_state_writes(graph, plan, aliasing)
 
 
 def _check_placement(graph: Graph, plan: object, aliasing: Aliasing) -> None:
@@ -192,8 +192,10 @@ def _check_states(graph: Graph, plan: object) -> None:
             )
 
 
-def _check_state_writes(graph: Graph, plan: object) -> None:
-    """Check 4, last: writes into the region only over states the graph updates."""
+def _check_state_writes(graph: Graph, plan: object, aliasing: Aliasing) -> None:
+    """Check 4, last: writes into the region only over states the graph updates. A view
+    writes nothing (its bytes are its source's, as in check 3), so a view of a read-only
+    state (a decode's reshape of the cross-attention cache) is a read, not a write."""
     layout = plan.state_layout
     spans = [
         (layout[n.name], layout[n.name] + n.nbytes)
@@ -201,7 +203,8 @@ def _check_state_writes(graph: Graph, plan: object) -> None:
         if writable_state(graph, n)
     ]
     for node in graph.nodes:
-        if OPS[node.op].boundary:
+        alias = aliasing.of(node.id)
+        if OPS[node.op].boundary or (alias is not None and alias.kind == "view"):
             continue
         for segment, low, high in written_ranges(graph, node, plan.locate):
             inside = any(a <= low and high <= b for a, b in spans)
