@@ -202,3 +202,16 @@ def test_transformers_tied_embeddings_import_as_one_param(name: str) -> None:
     names = _param_names(graph)
     assert canonical in names and alias not in names
     _assert_matches_torch(graph, module, args, rtol=1e-4)
+
+
+def test_tied_lm_head_trains_as_torch_adamw(monkeypatch: pytest.MonkeyPatch) -> None:
+    """10 AdamW steps of the tied LM head (imported unfolded, as
+    tests/training/test_torch_training.py trains imported models) give torch's losses:
+    the one param takes the summed gradient of both uses, as torch's Parameter does."""
+    from tests.training.test_torch_training import _train_both, _unfolded
+
+    _unfolded(monkeypatch)
+    torch.manual_seed(0)
+    ours, theirs = _train_both(TiedHead(), "cross_entropy", (_tokens(12),))
+    assert theirs[-1] < theirs[0]  # the run really trains: the comparison is not vacuous
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4)
