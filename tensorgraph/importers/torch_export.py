@@ -28,6 +28,10 @@ call's read; such a buffer must hold zeros (a state starts so), and any other mu
 (of a user input, of a parameter) is a problem. Computations on weights alone are then
 folded into params (`passes.fold`), as ExecuTorch's constant propagation does. Needs the
 `torch` extra.
+
+A tied weight (one tensor under several names: an LM head tied to the token embedding)
+is one param, named by torch's first name for it and read by every use
+(`_Importer.param`).
 """
 
 from __future__ import annotations
