@@ -28,10 +28,15 @@ call's read; such a buffer must hold zeros (a state starts so), and any other mu
 (of a user input, of a parameter) is a problem. Computations on weights alone are then
 folded into params (`passes.fold`), as ExecuTorch's constant propagation does. Needs the
 `torch` extra.
+
+A tied weight (one tensor under several names: an LM head tied to the token embedding)
+is one param, named by torch's first name for it and read by every use
+(`_Importer.param`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 
@@ -207,6 +212,7 @@ class _Importer:
         self.ctx = Context(self.graph)
         self.problems: list[str] = []
         self.tensors = {**program.state_dict, **getattr(program, "constants", {})}
+        self.params: dict[str, tg.Tensor] = {}  # bound params by canonical target
 
     def run(self) -> tg.Graph:
         values: dict[str, object] = {}
@@ -235,9 +241,7 @@ class _Importer:
             ):
                 values[node.name] = states[spec.target] = self.state(node, spec.target)
             else:
-                values[node.name] = self.graph.param(
-                    spec.target, shape, dtype, np.array(self.value(spec.target), dtype.to_numpy())
-                )
+                values[node.name] = self.param(spec.target, shape, dtype)
         outputs = self.run_graph(self.program.graph_module, values)
         results = {fx.name: value for fx, value in outputs if isinstance(fx, torch.fx.Node)}
         for spec in signature.output_specs:
@@ -257,6 +261,44 @@ class _Importer:
         for spec in mutations:
             self.graph.update_state(states[spec.target], results[spec.arg.name])
         return fold_weights(self.graph)
+
+    def param(self, target: str, shape: tuple[int, ...], dtype: tg.DType) -> tg.Tensor:
+        """The bound param of `target`, one per tied group: targets whose tensors are one
+        tensor (same storage, offset, shape, strides and dtype; a tied LM head and token
+        embedding) are one param, named by the group's first target in the signature's
+        order (the module's `named_parameters` order: torch's canonical name, e.g. GPT-2's
+        `transformer.wte.weight`, not its alias `lm_head.weight`), and every placeholder of
+        the group reads it. So the weights are stored once and a gradient or a training
+        step sees the tied parameter as torch does (the sum over its uses). Torch's export
+        may route every use to any one alias (the last when non-strict, the first when
+        strict); tensors of equal values but separate storage stay separate params."""
+        canonical = self.tied_groups.get(target, target)
+        if canonical not in self.params:
+            value = np.array(self.value(canonical), dtype.to_numpy())
+            self.params[canonical] = self.graph.param(canonical, shape, dtype, value)
+        return self.params[canonical]
+
+    @functools.cached_property
+    def tied_groups(self) -> dict[str, str]:
+        """Each bound target (parameter, buffer or lifted constant that is no state) ->
+        the first bound target in the signature's order that is the same tensor."""
+        signature = self.program.graph_signature
+        stateful = {s.target for s in signature.output_specs if s.kind.name == "BUFFER_MUTATION"}
+        first: dict[tuple, str] = {}
+        groups: dict[str, str] = {}
+        for spec in signature.input_specs:
+            tensor = self.tensors.get(spec.target) if spec.target else None
+            if not isinstance(tensor, torch.Tensor) or spec.target in stateful | self.read_states:
+                continue
+            key = (
+                tensor.untyped_storage().data_ptr(),
+                tensor.storage_offset(),
+                tuple(tensor.shape),
+                tuple(tensor.stride()),
+                tensor.dtype,
+            )
+            groups[spec.target] = first.setdefault(key, spec.target)
+        return groups
 
     def value(self, target: str) -> np.ndarray:
         """The current value of a parameter, buffer or lifted constant, as NumPy."""
