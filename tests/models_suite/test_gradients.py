@@ -5,8 +5,8 @@ models (squeezenet1_1, bert) in every CI run.
 
 The loss and the tolerance are that module's (the sum of the output times fixed random
 weights; 1e-4 relative plus 1e-4 of the model's largest gradient), and the import keeps
-the weights unfolded, so each torch parameter is a param of the graph (a tied one
-several: see `_aliases`)."""
+the weights unfolded, so each torch parameter is a param of the graph (a tied one too,
+once: see `_aliases`)."""
 
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ def test_every_parameter_gradient_equals_torch_autograd(
 def _aliases(module: object, params: set[str]) -> dict[str, list[str]]:
     """Each trainable torch parameter (by its first name) -> the graph params that hold
     it. A tied weight (T5's shared embedding, also its encoder's embed_tokens) is one
-    torch Parameter under several names; the importer keeps every name the exported
-    program uses as its own param, so autograd's gradient of the Parameter is the sum of
-    the gradients of those params. Every parameter must be held by at least one."""
+    torch Parameter under several names; the importer makes it one param under its
+    first name (importers.torch_export), so autograd's gradient of the Parameter is that
+    param's. Every parameter must be held by exactly one graph param."""
     names: dict[int, list[str]] = {}
     first: dict[int, str] = {}
     for key, p in module.named_parameters(remove_duplicate=False):
@@ -60,4 +60,6 @@ def _aliases(module: object, params: set[str]) -> dict[str, list[str]]:
                 names.setdefault(id(p), []).append(key)
     missing = [key for i, key in first.items() if not names.get(i)]
     assert not missing, f"torch parameters with no graph param: {missing}"
+    split = {first[i]: held for i, held in names.items() if len(held) > 1}
+    assert not split, f"tied torch parameters imported as several params: {split}"
     return {key: names[i] for i, key in first.items()}
