@@ -15,7 +15,9 @@ cache (shape-stable, traced once), as benches/bench_generate.py's compiled conte
 `decode_eager` is mlx-lm's uncompiled step over the rows written so far.
 `WhisperEncoder` and `WhisperDecoder` follow mlx-examples' whisper: two convolutions and
 pre-norm blocks; the decoder here runs a whole token prefix against the encoder's
-states without a cache (the first decoder call of a transcription).
+states without a cache (the first decoder call of a transcription). `WhisperDecodeLoop`
+generates: the encoder once, every layer's cross-attention keys and values projected
+once, a preallocated self-attention cache, and compiled or eager steps as DecoderLM's.
 """
 
 from __future__ import annotations
