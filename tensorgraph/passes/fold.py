@@ -131,10 +131,11 @@ def _folded(graph: Graph, known: set[int], held: set[int]) -> tuple[set[int], se
 
 
 def _decided(graph: Graph, known: set[int]) -> tuple[set[int], set[int]]:
-    """`_folded` at its fixed point: a bound value that the run-time graph still reads is
-    held. Starting from none, each round adds the bound values the last one's run-time
-    graph reads; holding more refuses more folds, which can only make more read, so the
-    held set grows until a round reads no new one (at most one round per bound value)."""
+    """`_folded` at a fixed point: every bound value the run-time graph reads was weighed
+    as held. Starting from none, each round adds the bound values the last round's
+    run-time graph reads; the held set only grows, so this ends within one round per
+    bound value, at the first round that reads no value it did not hold (holding a
+    value the final graph does not read only refuses a fold: never a duplicate)."""
     held: set[int] = set()
     while True:
         folded, needed = _folded(graph, known, held)
