@@ -8,8 +8,9 @@ and Gemma 2 at one small config. The ratio is against the faster hand-written lo
 Gemma 2 is configured with full-attention layers only (`layer_types`) and a
 sliding_window of max_seq, so its attention is global on both sides (its sliding-window
 cache does not import yet, issue 25 item 2); its soft-capping, pre/post norms, (1 + w)
-norms, gelu-tanh and scaled embeddings are all there. Whisper's decoder joins once an
-encoder-decoder generation import lands: register its contenders in ENCODER_DECODERS.
+norms, gelu-tanh and scaled embeddings are all there. Whisper's decoder (ENCODER_DECODERS)
+runs `generate_seq2seq` on a `from_torch_seq2seq_generation` import against
+`WhisperDecodeLoop` (preallocated self cache, cross keys and values projected once).
 
 Every contender must produce transformers' own greedy tokens (`model.generate`, compared
 up to where it stops at its EOS). Decode tokens/s is the best of `--runs` interleaved
@@ -36,12 +37,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mlx_handwritten import DecoderLM
+from mlx_handwritten import DecoderLM, WhisperDecodeLoop
 
 import tensorgraph as tg
 from tensorgraph.importers.generation import from_torch_generation
+from tensorgraph.importers.seq2seq_generation import from_torch_seq2seq_generation
 from tensorgraph.importers.torch_compat import import_transformers
 from tensorgraph.models.generation import generate
+from tensorgraph.models.seq2seq_generation import decoding_rules, generate_seq2seq
 
 SIZES = {
     "default": dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=2,
@@ -50,12 +53,10 @@ SIZES = {
                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128),
 }  # fmt: skip
 CONFIGS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "gemma2": "Gemma2Config"}
-# Encoder-decoder families: name -> a function with `contenders`' signature and result
-# (transformers' tokens, {contender: run}), for the encoder-decoder generation import and
-# a hand-written decode loop over its self-attention cache and cross-attention keys and
-# values. Whisper's decoder goes here once its generation import is on this branch.
-ENCODER_DECODERS: dict[str, Callable[[str, str, np.ndarray, int], tuple]] = {}
 MAX_SEQ, BUCKET = 256, 32
+# Whisper's init std: at its default 0.02 a random decoder repeats one token, a check
+# without teeth; at 0.2 its 64 greedy tokens hold 37 distinct ids
+INIT_STD = 0.2
 
 
 def build_model(family: str, size: str, max_seq: int = MAX_SEQ) -> torch.nn.Module:
@@ -111,6 +112,62 @@ def contenders(family: str, size: str, prompt: np.ndarray, tokens: int):
         CONTENDERS[2]: lambda: hand_generate(hand, prompt, tokens, False),
     }
     return transformers_tokens(model, prompt, tokens), runs
+
+
+def whisper_contenders(family: str, size: str, prompt: np.ndarray, tokens: int):
+    """(transformers' tokens, {contender: run}) for Whisper's decoder at `size`'s width,
+    layers and vocabulary (8 heads of 64 at default), over a 128-frame log-mel input
+    (64 encoder positions) seeded from the prompt: tensorgraph's `generate_seq2seq` on a
+    `from_torch_seq2seq_generation` import against `WhisperDecodeLoop` (the self cache
+    preallocated, the cross keys and values projected once). Each loop's first token
+    comes from its encode call, so the decode steps timed are the same tokens - 1."""
+    transformers = import_transformers()
+    s = SIZES[size]
+    width, heads, layers = s["hidden_size"], s["num_attention_heads"], s["num_hidden_layers"]
+    config = transformers.WhisperConfig(
+        vocab_size=s["vocab_size"], num_mel_bins=80, d_model=width,
+        encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
+        decoder_attention_heads=heads, encoder_ffn_dim=s["intermediate_size"],
+        decoder_ffn_dim=s["intermediate_size"], max_source_positions=64,
+        max_target_positions=MAX_SEQ, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        decoder_start_token_id=3, suppress_tokens=[], begin_suppress_tokens=[], init_std=INIT_STD,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.WhisperForConditionalGeneration(config).eval()
+    rng = np.random.default_rng(int(prompt.sum()))
+    mel = rng.standard_normal((1, 80, 128)).astype(np.float32)
+    program = tg.compile(from_torch_seq2seq_generation(model, max_seq=MAX_SEQ))
+    rules = decoding_rules(model.generation_config)
+    hand = WhisperDecodeLoop(model, MAX_SEQ)
+
+    def ours():
+        result = generate_seq2seq(program, mel, tokens, rules=rules, backend="mlx")
+        return result.tokens, result.decode_seconds
+
+    def written(compiled: bool):
+        start = np.array([[config.decoder_start_token_id]], np.int32)
+        out = [np.asarray(mx.argmax(hand.start(mel, start), axis=-1)).astype(np.int32)]
+        decode = hand.decode if compiled else hand.decode_eager
+        began = time.perf_counter()
+        for step in range(1, tokens):
+            logits = decode(out[-1][:, None], step)
+            out.append(np.asarray(mx.argmax(logits, axis=-1)).astype(np.int32))
+        return np.stack(out, axis=1), time.perf_counter() - began
+
+    with torch.no_grad():
+        want = model.generate(torch.from_numpy(mel), do_sample=False, max_new_tokens=tokens)
+    runs = {
+        CONTENDERS[0]: ours,
+        CONTENDERS[1]: lambda: written(True),
+        CONTENDERS[2]: lambda: written(False),
+    }
+    return want[:, -tokens:].numpy().astype(np.int32), runs  # generate returns new tokens
+
+
+# Encoder-decoder families: name -> a function with `contenders`' signature and result.
+ENCODER_DECODERS: dict[str, Callable[[str, str, np.ndarray, int], tuple]] = {
+    "whisper": whisper_contenders
+}
 
 
 def agrees(got: np.ndarray, want: np.ndarray) -> bool:
@@ -169,8 +226,6 @@ def main() -> None:
             f"{family:<8} {steps / ours:>9.1f} {steps / compiled:>9.1f} {steps / eager:>9.1f} "
             f"{min(compiled, eager) / ours:>12.3f} {'yes' if agree else 'NO':>13}"
         )
-    if "whisper" not in ENCODER_DECODERS:
-        print("whisper decoder: not measured (no encoder-decoder generation import here)")
 
 
 if __name__ == "__main__":

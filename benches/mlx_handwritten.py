@@ -15,7 +15,9 @@ cache (shape-stable, traced once), as benches/bench_generate.py's compiled conte
 `decode_eager` is mlx-lm's uncompiled step over the rows written so far.
 `WhisperEncoder` and `WhisperDecoder` follow mlx-examples' whisper: two convolutions and
 pre-norm blocks; the decoder here runs a whole token prefix against the encoder's
-states without a cache (the first decoder call of a transcription).
+states without a cache (the first decoder call of a transcription). `WhisperDecodeLoop`
+generates: the encoder once, every layer's cross-attention keys and values projected
+once, a preallocated self-attention cache, and compiled or eager steps as DecoderLM's.
 """
 
 from __future__ import annotations
@@ -242,3 +244,81 @@ class WhisperDecoder:
             x = x + _attention(y, states, w, f"{p}.encoder_attn", self.heads, None)
             x = x + _mlp(_layer_norm(x, w, f"{p}.final_layer_norm"), w, p)
         return _layer_norm(x, w, "layer_norm") @ w["embed_tokens.weight"].T
+
+
+class WhisperDecodeLoop:
+    """transformers' WhisperForConditionalGeneration decoding in MLX, mlx-examples' way:
+    `start(mel, token)` runs the encoder once, projects every decoder layer's
+    cross-attention keys and values of its states once, zeroes a preallocated
+    self-attention cache (batch, heads, max_seq, head_dim) per layer and returns the
+    logits (batch, vocab) of `token` at position 0; `decode(token, pos)` is one
+    mx.compile'd step (position an mx.array, the cache written by mx.slice_update, a bool
+    mask over the whole cache) and `decode_eager` mlx-lm's uncompiled step over the rows
+    written so far."""
+
+    def __init__(self, model: object, max_seq: int) -> None:
+        c = model.config
+        self.encoder = WhisperEncoder(model.model.encoder)
+        self.w = mlx_weights(model.model.decoder)
+        self.heads, self.layers, self.max_seq = c.decoder_attention_heads, c.decoder_layers, max_seq
+        self.head_dim = c.d_model // self.heads
+        self.step = mx.compile(self._masked_step)
+
+    def _split(self, y: mx.array) -> mx.array:
+        return y.reshape(y.shape[0], -1, self.heads, self.head_dim).transpose(0, 2, 1, 3)
+
+    def start(self, mel: np.ndarray, token: np.ndarray) -> mx.array:
+        """Encode `mel` (batch, mels, frames); logits of `token` (batch, 1) at position 0."""
+        states = self.encoder(mx.array(mel))
+        self.cross = []
+        for i in range(self.layers):
+            p = f"layers.{i}.encoder_attn"
+            self.cross += [self._split(_linear(states, self.w, f"{p}.{n}_proj")) for n in "kv"]
+        shape = (mel.shape[0], self.heads, self.max_seq, self.head_dim)
+        self.caches = [mx.zeros(shape) for _ in range(2 * self.layers)]
+        mx.eval(self.cross, self.caches)
+        return self.decode_eager(token, 0)
+
+    def _forward(self, ids: mx.array, pos, caches: list, mask, rows: int):
+        """Last-row logits and the updated caches: the token at `pos` attends to the
+        first `rows` cache rows under `mask`, and to every cross row."""
+        w, new = self.w, []
+        x = w["embed_tokens.weight"][ids] + w["embed_positions.weight"][pos][:, None]
+        scale = self.head_dim**-0.5
+        for i in range(self.layers):
+            p = f"layers.{i}"
+            y = _layer_norm(x, w, f"{p}.self_attn_layer_norm")
+            q, k, v = (self._split(_linear(y, w, f"{p}.self_attn.{n}_proj")) for n in "qkv")
+            k_cache = mx.slice_update(caches[2 * i], k, pos, axes=(2,))
+            v_cache = mx.slice_update(caches[2 * i + 1], v, pos, axes=(2,))
+            new += [k_cache, v_cache]
+            keys, values = k_cache[:, :, :rows], v_cache[:, :, :rows]
+            out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
+            out = out.transpose(0, 2, 1, 3).reshape(x.shape)
+            x = x + _linear(out, w, f"{p}.self_attn.out_proj")
+            y = _layer_norm(x, w, f"{p}.encoder_attn_layer_norm")
+            q = self._split(_linear(y, w, f"{p}.encoder_attn.q_proj"))
+            cross_k, cross_v = self.cross[2 * i], self.cross[2 * i + 1]
+            out = mx.fast.scaled_dot_product_attention(q, cross_k, cross_v, scale=scale)
+            out = out.transpose(0, 2, 1, 3).reshape(x.shape)
+            x = x + _linear(out, w, f"{p}.encoder_attn.out_proj")
+            x = x + _mlp(_layer_norm(x, w, f"{p}.final_layer_norm"), w, p)
+        logits = _layer_norm(x[:, -1], w, "layer_norm") @ w["embed_tokens.weight"].T
+        return logits, new
+
+    def _masked_step(self, token: mx.array, pos: mx.array, *caches: mx.array):
+        mask = (mx.arange(self.max_seq) <= pos).reshape(1, self.max_seq)
+        logits, new = self._forward(token, pos, list(caches), mask, self.max_seq)
+        return (logits, *new)
+
+    def decode(self, token: np.ndarray, pos: int) -> mx.array:
+        """Logits (batch, vocab) of `token` (batch, 1) at `pos`: one compiled step."""
+        logits, *self.caches = self.step(mx.array(token), mx.array([pos]), *self.caches)
+        return logits
+
+    def decode_eager(self, token: np.ndarray, pos: int) -> mx.array:
+        """mlx-lm's step: uncompiled, attending to the rows written so far, no mask."""
+        logits, self.caches = self._forward(
+            mx.array(token), mx.array([pos]), self.caches, None, pos + 1
+        )
+        return logits

@@ -25,11 +25,16 @@ known values it reads are weighed in its place: a large broadcast of a small val
 small model stays a run-time computation of a folded small value. A generator
 (`full`, `arange`: no inputs) is never made a constant by itself: computing it costs
 nothing, and as a run-time value its buffer can be reused in place (a KV cache built by
-`zeros` and updated by `slice_update`), which a constant's bytes never can. Folding
-never grows the bytes a graph holds beyond `SMALL_FOLD` per folded value plus
-`GROWTH_SHARE` of its weights. A value whose shape or attributes hold a `tg.Dim` never
-folds: its bytes differ per length, and a constant has one value (the specialised graph
-folds it at its own length, with the same kernels, so outputs agree bit for bit).
+`zeros` and updated by `slice_update`), which a constant's bytes never can. A value
+computed from a bound value that stays held (read at run time elsewhere, or an output)
+never stores that data a second time: it folds only if it adds no bytes, or if it is
+small and smaller than the held sources (a tied embedding's transpose stays a run-time
+transpose of the one table, which MLX's matmul reads as a view); and a dropped source's
+bytes offset only one folded value. Folding never grows the bytes a graph holds beyond
+`SMALL_FOLD` per folded value plus `GROWTH_SHARE` of its weights, and never by a held
+weight's bytes. A value whose shape or attributes hold a `tg.Dim` never folds: its bytes
+differ per length, and a constant has one value (the specialised graph folds it at its
+own length, with the same kernels, so outputs agree bit for bit).
 O(n) plus the kernels' own work (and the sets of bound values each known value is
 computed from).
 """
@@ -78,20 +83,26 @@ def _computable(graph: Graph) -> set[int]:
     return known
 
 
-def _folded(graph: Graph, known: set[int]) -> tuple[set[int], set[int]]:
+def _folded(graph: Graph, known: set[int], held: set[int]) -> tuple[set[int], set[int]]:
     """(ids of the values that become constants, ids that run-time values or outputs read).
 
     Walks the graph backwards, so that every reader of a value is decided before it:
     a known value that a run-time value or an output reads folds when the size rule
-    admits it (sources: the bound bytes it is computed from, through any intermediates);
-    otherwise it is computed at run time, and the known values it reads are considered
-    in turn. Growth beyond the rule is charged to the weights' share, last value first."""
+    admits it; otherwise it is computed at run time, and the known values it reads are
+    considered in turn. A source's bytes are credited once, to the first value that folds
+    from it (a source freed for two folded values is not dropped twice); a source in `held`
+    stays in the program whatever folds, so it credits nothing, and a value computed from
+    one folds only if it adds no bytes (it would hold that source's data a second time:
+    a transposed tied embedding beside the embedding itself), or if it is small and
+    smaller than the held sources (a norm of a weight). Growth beyond the rule is
+    charged to the weights' share, last value first."""
     nodes = {node.id: node for node in graph.nodes}
     sources: dict[int, frozenset[int]] = {}  # known id -> the bound values it is computed from
     for node in graph.nodes:
         if node.id in known:
             leaves = frozenset((node.id,)) if OPS[node.op].boundary else frozenset()
             sources[node.id] = leaves.union(*(sources[i] for i in node.inputs))
+    credit = {i: nodes[i].nbytes for i in known if OPS[nodes[i].op].boundary and i not in held}
     growth = GROWTH_SHARE * sum(v.nbytes for v in graph.param_values.values())
     needed = set(graph.outputs)
     folded: set[int] = set()
@@ -99,14 +110,39 @@ def _folded(graph: Graph, known: set[int]) -> tuple[set[int], set[int]]:
         if node.id not in known:
             needed.update(node.inputs)
         elif node.id in needed and node.inputs:
-            held = sum(nodes[i].nbytes for i in sources[node.id])
-            grows = 0 if node.nbytes <= max(SMALL_FOLD, held) else node.nbytes - held
-            if grows <= growth:
+            free = [i for i in sorted(sources[node.id]) if i in credit]
+            freed = sum(credit[i] for i in free)
+            held_bytes = sum(nodes[i].nbytes for i in sources[node.id] if i in held)
+            if held_bytes:
+                grows = max(0, node.nbytes - freed)
+                admitted = grows == 0 or SMALL_FOLD >= node.nbytes < held_bytes
+            else:
+                grows = 0 if node.nbytes <= max(SMALL_FOLD, freed) else node.nbytes - freed
+                admitted = grows <= growth
+            if admitted:
                 growth -= grows
                 folded.add(node.id)
+                spent = node.nbytes
+                for i in free:  # the bytes this value now stands for
+                    spent, credit[i] = max(0, spent - credit[i]), max(0, credit[i] - spent)
             else:
                 needed.update(node.inputs)
     return folded, needed
+
+
+def _decided(graph: Graph, known: set[int]) -> tuple[set[int], set[int]]:
+    """`_folded` at a fixed point: every bound value the run-time graph reads was weighed
+    as held. Starting from none, each round adds the bound values the last round's
+    run-time graph reads; the held set only grows, so this ends within one round per
+    bound value, at the first round that reads no value it did not hold (holding a
+    value the final graph does not read only refuses a fold: never a duplicate)."""
+    held: set[int] = set()
+    while True:
+        folded, needed = _folded(graph, known, held)
+        reads = {i for i in needed if i in known and OPS[graph.node(i).op].boundary}
+        if reads <= held:
+            return folded, needed
+        held |= reads
 
 
 def _values(graph: Graph, folded: set[int]) -> dict[int, object]:
@@ -139,7 +175,7 @@ def fold(graph: Graph) -> PassResult:
     """The folding pass: counters `folded` (values now bound params) and `dropped`
     (static nodes no longer computed)."""
     known = _computable(graph)
-    folded, needed = _folded(graph, known)
+    folded, needed = _decided(graph, known)
     static = _values(graph, folded)
     replaced: dict[int, Node] = {}
     values = dict(graph.param_values)
