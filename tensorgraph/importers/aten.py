@@ -95,8 +95,8 @@ def shape_problem(meta: torch.Tensor) -> str:
         return ""
     return (
         f"shape {tuple(meta.shape)} is dynamic or depends on the data; tensorgraph "
-        "plans static shapes (export with static example inputs, avoid nonzero and "
-        "boolean-mask indexing)"
+        "plans static shapes and bounded dims (give each dynamic dim a "
+        "torch.export.Dim with max=, avoid nonzero and boolean-mask indexing)"
     )
 
 

@@ -19,6 +19,10 @@ placeholder of torch's shape and dtype so later nodes are checked too, and one G
 lists every problem with its FX node name and the user's source line (the last frame of
 the node's stack trace outside torch). A graph with problems is never returned.
 
+A dynamic dimension of the export (a `torch.export.Dim` in `dynamic_shapes`, with a max)
+becomes a `tg.Dim`, and the size arithmetic on it extents of that Dim
+(`importers.sym_sizes`); one without a max is a problem, listed with the rest.
+
 Parameters, buffers (persistent or not, e.g. a rotary `inv_freq`) and lifted constants
 become params bound to their values; user inputs become inputs named after the export's
 placeholders. A buffer the program mutates (its BUFFER_MUTATION outputs: a static KV
