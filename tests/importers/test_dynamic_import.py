@@ -14,11 +14,11 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tensorgraph as tg
-from tensorgraph.ir.dims import Dim, evaluate
-from tests.models_suite.catalog import build
+torch = pytest.importorskip("torch", reason="the torch extra is not installed")
 
-torch = pytest.importorskip("torch")
+import tensorgraph as tg  # noqa: E402
+from tensorgraph.ir.dims import Dim, evaluate  # noqa: E402
+from tests.models_suite.catalog import build  # noqa: E402
 
 MAX_SEQ = 256
 LENGTHS = (1, 37, MAX_SEQ)
