@@ -10,7 +10,14 @@ times (process CPU time, min of `--repeat` runs): symbolic / static at 2048 (tar
 <= 2), and the time of `plan.at` at a length not seen yet. Each length's arena output
 is checked equal to the static compile's, bit for bit, at the lengths of `--check`.
 
-    PYTHONPATH=. python benches/bench_symbolic.py [--repeat 5] [--layers 2]
+Then the same columns for the suite's GPT-2 and BERT (tests/models_suite/catalog.py)
+imported once with a dynamic sequence, `torch.export.Dim("seq", min=1, max=256)` (their
+position tables hold 256), against a static import and compile at each of 16 lengths
+over [1, 256]; compile time symbolic / static is the compile of the dynamic import
+against the compile of the static import at 256 (the exports themselves not counted).
+Arena outputs equal the static import's bit for bit at every length there.
+
+    PYTHONPATH=. python benches/bench_symbolic.py [--repeat 5] [--layers 2] [--no-imported]
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--layers", type=int, default=LlamaConfig().layers)
     parser.add_argument("--check", type=int, nargs="*", default=[1, 40, 300])
+    parser.add_argument("--no-imported", action="store_true", help="skip GPT-2 and BERT")
     args = parser.parse_args()
     config = LlamaConfig(layers=args.layers)
     seq = tg.Dim("seq", min=1, max=2048)
@@ -81,6 +89,65 @@ def main() -> None:
     first = min(cpu_seconds(lambda p=p: p.plan.at(seq=777), 1) for p in fresh)
     again = cpu_seconds(lambda: fresh[0].plan.at(seq=777), args.repeat)
     print(f"plan.at(seq=777): first {first * 1e3:.1f} ms, cached {again * 1e6:.1f} us")
+    if not args.no_imported:
+        for name in ("gpt2", "bert"):
+            imported(name, args.repeat)
+
+
+def imported(name: str, repeat: int, max_seq: int = 256) -> None:
+    """The parametric arena of `name` imported with a dynamic sequence against a static
+    import at each of 16 lengths, and the compile times (see the module docstring)."""
+    import torch
+
+    from tests.models_suite.catalog import build
+
+    module, (tokens,) = build(name)
+    seq = torch.export.Dim("seq", min=1, max=max_seq)
+    graph = tg.from_torch(module, (tokens,), dynamic_shapes=(({1: seq},),))
+    prog = tg.compile(graph)
+    verify_parametric(prog.plan)
+    lengths = sorted({int(n) for n in np.round(np.geomspace(1, max_seq, 16))})
+    statics = {}
+    for length in lengths:
+        ids = torch.randint(0, 1000, (1, length), generator=torch.Generator().manual_seed(length))
+        statics[length] = (tg.from_torch(module, (ids,)), ids.numpy())
+    upper = prog.plan.upper.arena_size
+    print(f"\nimported {name} (dynamic seq in [1, {max_seq}]):")
+    print(
+        f"{'seq':>5} {'parametric':>11} {'import':>11} {'ratio':>6} {'same graph':>11} "
+        f"{'ratio':>6} {'lower bound':>11} {'of upper':>8} {'+const':>6}"
+    )
+    worst = worst_same = 0.0
+    for length in lengths:
+        static_graph, ids = statics[length]
+        static = tg.compile(static_graph)
+        same = tg.compile(graph.specialize(seq=length))
+        at = prog.plan.at(seq=length)
+        ratio = at.arena_size / static.plan.arena_size
+        ratio_same = at.arena_size / same.plan.arena_size
+        total = (at.arena_size + at.constant_size) / (
+            static.plan.arena_size + static.plan.constant_size
+        )
+        worst, worst_same = max(worst, ratio), max(worst_same, ratio_same)
+        assert at.lower_bound <= at.arena_size <= upper
+        feeds = {"args_0": ids}
+        got, expected = prog.run(feeds, backend="arena"), static.run(feeds, backend="arena")
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+        print(
+            f"{length:>5} {at.arena_size:>11,} {static.plan.arena_size:>11,} {ratio:>6.3f} "
+            f"{same.plan.arena_size:>11,} {ratio_same:>6.3f} {at.lower_bound:>11,} "
+            f"{at.arena_size / upper:>8.4f} {total:>6.3f}"
+        )
+    print(
+        f"worst parametric / static import: {worst:.3f}, / same graph static: "
+        f"{worst_same:.3f} (upper-bound plan {upper:,} B)"
+    )
+    symbolic = cpu_seconds(lambda: tg.compile(graph), repeat)
+    static = cpu_seconds(lambda: tg.compile(statics[max_seq][0]), repeat)
+    print(
+        f"compile: symbolic {symbolic * 1e3:.1f} ms, static at {max_seq} "
+        f"{static * 1e3:.1f} ms, ratio {symbolic / static:.2f}"
+    )
 
 
 if __name__ == "__main__":

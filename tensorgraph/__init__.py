@@ -44,10 +44,16 @@ def load(path: str) -> Program | MultiProgram:
     return _load(path)
 
 
-def from_torch(module: object, example_inputs: object, name: str | None = None) -> Graph:
+def from_torch(
+    module: object,
+    example_inputs: object,
+    name: str | None = None,
+    dynamic_shapes: object = None,
+) -> Graph:
     """Import a PyTorch module through torch.export (needs the `torch` extra):
-    `example_inputs` is a tuple of the forward's arguments, or one tensor; see
+    `example_inputs` is a tuple of the forward's arguments, or one tensor;
+    `dynamic_shapes` is torch.export's, its `torch.export.Dim`s becoming `tg.Dim`s; see
     tensorgraph.importers.torch_export."""
     from tensorgraph.importers.torch_export import from_torch as _from_torch
 
-    return _from_torch(module, example_inputs, name)
+    return _from_torch(module, example_inputs, name, dynamic_shapes)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from tensorgraph.errors import GraphError
+from tensorgraph.importers.sym_sizes import to_extent
 from tensorgraph.ir import api as tg
 from tensorgraph.ir.tensor import Tensor
 
@@ -88,22 +89,24 @@ class Context:
 def shape_problem(meta: torch.Tensor) -> str:
     """'' when every dimension of torch's value `meta` is an int, else why tensorgraph
     cannot plan it: a dynamic input dimension, or one that depends on the data (nonzero,
-    a boolean mask index). tensorgraph plans every buffer at a size known at compile time."""
-    if all(isinstance(d, int) for d in meta.shape):
+    a boolean mask index). A dynamic dimension the import maps to a Dim
+    (`importers.sym_sizes`) is no problem: its extent is an expression of that Dim."""
+    if all(to_extent(d) is not None for d in meta.shape):
         return ""
     return (
         f"shape {tuple(meta.shape)} is dynamic or depends on the data; tensorgraph "
-        "plans static shapes (export with static example inputs, avoid nonzero and "
-        "boolean-mask indexing)"
+        "plans static shapes and bounded dims (give each dynamic dim a "
+        "torch.export.Dim with max=, avoid nonzero and boolean-mask indexing)"
     )
 
 
 def static_shape(meta: torch.Tensor) -> tuple[int, ...]:
-    """`meta`'s shape as ints; Unsupported with `shape_problem` when it has one."""
+    """`meta`'s shape as extents (ints, or expressions of the import's Dims);
+    Unsupported with `shape_problem` when it has one."""
     problem = shape_problem(meta)
     if problem:
         raise Unsupported(problem)
-    return tuple(meta.shape)
+    return tuple(to_extent(d) for d in meta.shape)
 
 
 def op_name(target: object) -> str:

@@ -17,10 +17,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from tensorgraph.importers.aten import Context, cast, handles, require, to_dtype
+from tensorgraph.importers.sym_sizes import as_operand
 from tensorgraph.ir import api as tg
 from tensorgraph.ir.tensor import Tensor
 
 # ---------------------------------------------------------------- slicing and selection
+
+
+# torch's "to the end" for a slice's end (sys.maxsize), as the export records it.
+_END = 2**63 - 1
 
 
 @handles("slice", "slice_copy")
@@ -32,6 +37,12 @@ def _slice(
     end: int | None = None,
     step: int = 1,
 ) -> Tensor:
+    if step == 1 and not all(v is None or isinstance(v, int) for v in (start, end)):
+        # A bound that is an extent of Dims (a dynamic import's `[:, :seq]`): a narrow,
+        # whose inference proves it fits the axis for every length, or refuses it.
+        end = x.shape[dim] if end is None or end == _END else end
+        start = 0 if start is None else start
+        return tg.narrow(x, dim, start, end - start)
     index: list[object] = [slice(None)] * x.ndim
     index[dim] = slice(start, end, step)
     return x[tuple(index)]
@@ -127,7 +138,7 @@ def _gather(ctx: Context, x: Tensor, dim: int, index: Tensor, sparse_grad: bool 
 
 def _wrap(index: Tensor, size: int) -> Tensor:
     """Negative indices counted from the end, as torch does."""
-    return tg.where(index < 0, index + size, index)
+    return tg.where(index < 0, index + as_operand(index, size), index)
 
 
 @handles("index", "_unsafe_index")
@@ -144,7 +155,7 @@ def _index(ctx: Context, x: Tensor, indices: Sequence[Tensor | None]) -> Tensor:
     for position, dim in enumerate(indexed):
         stride = math.prod(sizes[position + 1 :])
         term = _wrap(cast(indices[dim], tg.int64), x.shape[dim])
-        term = term * stride if stride != 1 else term
+        term = term * as_operand(term, stride) if stride != 1 else term
         linear = term if linear is None else linear + term
     flat = moved.reshape((math.prod(sizes), *(x.shape[d] for d in rest)))
     result = tg.take(flat, linear, 0)  # (broadcast dims..., rest...)

@@ -19,6 +19,10 @@ placeholder of torch's shape and dtype so later nodes are checked too, and one G
 lists every problem with its FX node name and the user's source line (the last frame of
 the node's stack trace outside torch). A graph with problems is never returned.
 
+A dynamic dimension of the export (a `torch.export.Dim` in `dynamic_shapes`, with a max)
+becomes a `tg.Dim`, and the size arithmetic on it extents of that Dim
+(`importers.sym_sizes`); one without a max is a problem, listed with the rest.
+
 Parameters, buffers (persistent or not, e.g. a rotary `inv_freq`) and lifted constants
 become params bound to their values; user inputs become inputs named after the export's
 placeholders. A buffer the program mutates (its BUFFER_MUTATION outputs: a static KV
@@ -75,6 +79,7 @@ from tensorgraph.importers.aten import (
     to_dtype,
 )
 from tensorgraph.importers.stand_ins import stand_ins
+from tensorgraph.importers.sym_sizes import active, is_size_op, size_value, torch_dims
 
 __all__ = [
     "ATEN",
@@ -136,13 +141,18 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
 
 
 def from_torch(
-    module: torch.nn.Module, example_inputs: tuple | torch.Tensor, name: str | None = None
+    module: torch.nn.Module,
+    example_inputs: tuple | torch.Tensor,
+    name: str | None = None,
+    dynamic_shapes: object = None,
 ) -> tg.Graph:
     """The graph of `module` exported on `example_inputs` (see the module docstring): a
     tuple (or list) of the forward's positional arguments, as torch.export takes them;
-    a lone tensor is the one argument `(tensor,)`. GraphError naming the failing step
-    (export, decompositions, import) otherwise, or naming the type of `example_inputs`
-    when it is neither."""
+    a lone tensor is the one argument `(tensor,)`. `dynamic_shapes` goes to torch.export
+    as it is: each `torch.export.Dim` in it becomes a `tg.Dim` of its name and range
+    (`importers.sym_sizes`; one without `max` is a listed problem). GraphError naming
+    the failing step (export, decompositions, import) otherwise, or naming the type of
+    `example_inputs` when it is neither."""
     name = name or type(module).__name__.lower()
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
@@ -153,7 +163,9 @@ def from_torch(
         )
     try:
         with stand_ins(module):
-            program = torch.export.export(module, tuple(example_inputs))
+            program = torch.export.export(
+                module, tuple(example_inputs), dynamic_shapes=dynamic_shapes
+            )
     except Exception as err:
         raise GraphError(f"importing {name!r} failed at step 'export': {_first_line(err)}") from err
     return from_exported(program, name)
@@ -177,7 +189,9 @@ def from_exported(
             raise GraphError(
                 f"importing {name!r} failed at step 'decompositions': {_first_line(err)}"
             ) from err
-    return _Importer(program, name, frozenset(states)).run()
+    dims, problems = torch_dims(program)
+    with active(dims):
+        return _Importer(program, name, frozenset(states), problems).run()
 
 
 def _first_line(err: BaseException) -> str:
@@ -203,14 +217,18 @@ class _Importer:
     """One import: maps FX nodes to Tensors, collecting every problem (see module doc)."""
 
     def __init__(
-        self, program: torch.export.ExportedProgram, name: str, states: frozenset[str] = frozenset()
+        self,
+        program: torch.export.ExportedProgram,
+        name: str,
+        states: frozenset[str] = frozenset(),
+        problems: list[str] | None = None,
     ) -> None:
         self.program = program
         self.name = name
         self.read_states = states
         self.graph = tg.Graph(name)
         self.ctx = Context(self.graph)
-        self.problems: list[str] = []
+        self.problems: list[str] = list(problems or ())
         self.tensors = {**program.state_dict, **getattr(program, "constants", {})}
         self.params: dict[str, tg.Tensor] = {}  # bound params by canonical target
 
@@ -345,6 +363,8 @@ class _Importer:
         args = _map(node.args, values)
         if getattr(target, "__name__", "") == "getitem":
             return args[0][args[1]]
+        if is_size_op(target):
+            return size_value(target, args)
         op = op_name(target)
         if op in _DROPPED:
             return None
