@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -659,18 +659,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
             f"sampling: temperature {sampler.temperature:g}, top-k {sampler.top_k or 'all'}, "
             f"top-p {sampler.top_p:g}, min-p {sampler.min_p:g} (seed {sampler.seed})"
         )
-    streamed = []
-
-    def on_token(ids: np.ndarray) -> None:  # row 0, as the tokens line shows it
-        print(("tokens:" if not streamed else "") + f" {int(ids[0])}", end="", flush=True)
-        streamed.append(int(ids[0]))
-
-    stream = on_token if args.stream else None
-    result = generate(program, prompt, args.tokens, on_token=stream, **options)
-    if args.stream:
-        print()
-    else:
-        print("tokens: " + " ".join(str(t) for t in result.tokens[0]))
+    result = print_tokens(
+        args.stream,
+        lambda stream: generate(program, prompt, args.tokens, on_token=stream, **options),
+    )
     decode_rate = result.decode_tokens_per_second
     decode = "no decode step" if result.decode_steps == 0 else f"{decode_rate:.1f} tokens/s"
     print(
@@ -701,6 +693,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return 1
     print(f"tokens match {oracle}: yes")
     return 0
+
+
+def print_tokens(stream: bool, run: Callable[[Callable | None], object]) -> object:
+    """`run(on_token)`'s result (a generation result), its row 0 tokens printed on one
+    "tokens:" line: each as it is made when `stream` (on_token prints and flushes it),
+    else all at the end (on_token None)."""
+    streamed = []
+
+    def on_token(ids: np.ndarray) -> None:
+        print(("tokens:" if not streamed else "") + f" {int(ids[0])}", end="", flush=True)
+        streamed.append(int(ids[0]))
+
+    result = run(on_token if stream else None)
+    if stream:
+        print()
+    else:
+        print("tokens: " + " ".join(str(t) for t in result.tokens[0]))
+    return result
 
 
 def _prompt_cache(args: argparse.Namespace, program: object, prompt: np.ndarray) -> object:

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from tensorgraph.cli import UsageError, compile
+from tensorgraph.cli import UsageError, compile, print_tokens
 
 __all__ = ["SEQ2SEQ_SMALL", "cmd_generate_seq2seq", "is_seq2seq"]
 
@@ -179,18 +179,10 @@ def cmd_generate_seq2seq(args: argparse.Namespace) -> int:
     options = {"rules": rules, "backend": args.backend, "sampler": sampler}
     if args.backend == "mlx":  # the first calls trace each entry: not what tok/s measures
         generate_seq2seq(program, source, args.tokens, **options)
-    streamed = []
-
-    def on_token(ids: np.ndarray) -> None:  # row 0, as the tokens line shows it
-        print(("tokens:" if not streamed else "") + f" {int(ids[0])}", end="", flush=True)
-        streamed.append(int(ids[0]))
-
-    stream = on_token if args.stream else None
-    result = generate_seq2seq(program, source, args.tokens, on_token=stream, **options)
-    if args.stream:
-        print()
-    else:
-        print("tokens: " + " ".join(str(t) for t in result.tokens[0]))
+    result = print_tokens(
+        args.stream,
+        lambda stream: generate_seq2seq(program, source, args.tokens, on_token=stream, **options),
+    )
     rate_text = (
         "no decode step"
         if result.decode_steps == 0
