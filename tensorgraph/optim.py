@@ -31,6 +31,7 @@ momentum (or with dampening) is a GraphError naming the argument and the value.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
 import numpy as np
@@ -86,7 +87,7 @@ class Update:
     moments: Mapping[str, Tensor]
 
 
-class Optimizer:
+class Optimizer(ABC):
     """An update rule (see the module docstring). `moment_names`: the per-parameter
     states it keeps (each the parameter's shape and dtype, zeros at first);
     `needs_step`: whether `apply` reads the step counter."""
@@ -97,13 +98,13 @@ class Optimizer:
     def needs_step(self) -> bool:
         return False
 
+    @abstractmethod
     def apply(
         self, param: Tensor, grad: Tensor, moments: Mapping[str, Tensor], step: Tensor | None
     ) -> Update:
         """The new value of `param` and of its `moments` (name -> current value) for
         gradient `grad` (of param's shape and dtype). `step`: the float32 scalar count
         of updates including this one (1 at the first), given when `needs_step`."""
-        raise NotImplementedError(type(self).__name__)
 
     def _learning_rate(self, like: Tensor) -> Tensor:
         """The learning rate as MLX holds it: a float32 number, cast to `like`'s dtype."""

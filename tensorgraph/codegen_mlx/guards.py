@@ -234,13 +234,20 @@ def index_guard(
     return Guard(operand, can_break, violation, verdict, message)
 
 
+def axis_index_guard(operand: int) -> Guard:
+    """`index_guard` of an op whose operand `operand` indexes axis `axis` of its first
+    input (gather's indices, index_update's and scatter_add's rows), the message naming
+    that axis and its size."""
+    return index_guard(
+        operand, _axis_size, lambda node, args: args[0].shape[node.attr("axis")], _take_message
+    )
+
+
 _DIVISION = Guard(1, _division_can_break, _division_violation, _division_verdict, _division_message)
 
 GUARDS: dict[str, Guard] = {
     "take": Guard(1, _take_can_break, _take_violation, _take_verdict, _take_message),
-    "gather": index_guard(
-        1, _axis_size, lambda node, args: args[0].shape[node.attr("axis")], _take_message
-    ),
+    "gather": axis_index_guard(1),
     "pow": Guard(1, _pow_can_break, _pow_violation, _pow_verdict, _pow_message),
     "slice_update": Guard(
         2,

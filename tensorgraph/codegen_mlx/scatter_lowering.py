@@ -19,7 +19,7 @@ import mlx.core as mx
 
 from tensorgraph.codegen_mlx import guards
 from tensorgraph.codegen_mlx.lowering import LOWERINGS, _lowered
-from tensorgraph.ir.node import Node, describe
+from tensorgraph.ir.node import Node
 
 
 def _scatter_add(node: Node, args: Sequence[mx.array]) -> mx.array:
@@ -44,18 +44,5 @@ def _scatter_add(node: Node, args: Sequence[mx.array]) -> mx.array:
     return out.reshape(target.shape)
 
 
-def _message(node: Node, culprits: tuple[int, ...]) -> str:
-    index, size = culprits
-    return (
-        f"{describe(node)}: index {index} is out of range for axis {node.attr('axis')} "
-        f"of size {size}"
-    )
-
-
 LOWERINGS["scatter_add"] = _lowered("scatter_add", _scatter_add)
-guards.GUARDS["scatter_add"] = guards.index_guard(
-    2,
-    lambda node, graph: graph.node(node.inputs[0]).shape[node.attr("axis")],
-    lambda node, args: args[0].shape[node.attr("axis")],
-    _message,
-)
+guards.GUARDS["scatter_add"] = guards.axis_index_guard(2)

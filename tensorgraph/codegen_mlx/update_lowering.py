@@ -26,7 +26,7 @@ import mlx.core as mx
 
 from tensorgraph.codegen_mlx import guards
 from tensorgraph.codegen_mlx.lowering import LOWERINGS, _lowered
-from tensorgraph.ir.node import Node, describe
+from tensorgraph.ir.node import Node
 
 
 def _in_range(wide: mx.array, size: int) -> mx.array:
@@ -55,21 +55,5 @@ def _index_update(node: Node, args: Sequence[mx.array]) -> mx.array:
     return mx.put_along_axis(target, spread, update, axis=axis)
 
 
-# ---------------------------------------------------------------- the guard
-
-
-def _message(node: Node, culprits: tuple[int, ...]) -> str:
-    index, size = culprits
-    return (
-        f"{describe(node)}: index {index} is out of range for axis {node.attr('axis')} "
-        f"of size {size}"
-    )
-
-
 LOWERINGS["index_update"] = _lowered("index_update", _index_update)
-guards.GUARDS["index_update"] = guards.index_guard(
-    2,
-    lambda node, graph: graph.node(node.inputs[0]).shape[node.attr("axis")],
-    lambda node, args: args[0].shape[node.attr("axis")],
-    _message,
-)
+guards.GUARDS["index_update"] = guards.axis_index_guard(2)

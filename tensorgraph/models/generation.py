@@ -375,8 +375,28 @@ class GenerationMemory:
         return self.arena + self.weights + self.state
 
 
+class DecodeRate:
+    """The decode figures of a generation result with `tokens` (batch, count), the
+    first made before any decode step, and `decode_seconds` of all decode calls."""
+
+    __slots__ = ()
+    tokens: np.ndarray
+    decode_seconds: float
+
+    @property
+    def decode_steps(self) -> int:
+        return self.tokens.shape[1] - 1
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Tokens made by decode steps (all rows) per second; NaN with no decode step."""
+        if self.decode_steps == 0:
+            return float("nan")
+        return self.tokens.shape[0] * self.decode_steps / self.decode_seconds
+
+
 @frozen
-class GenerationResult:
+class GenerationResult(DecodeRate):
     """One generation: `tokens` (batch, count) int32 new token ids, the first from the
     prefill; the `bucket` the prompt of `prompt_length` was padded to (0: resumed from a
     prompt cache); wall-clock seconds of the prefill call and of all decode calls (each
@@ -392,20 +412,9 @@ class GenerationResult:
     state: object
 
     @property
-    def decode_steps(self) -> int:
-        return self.tokens.shape[1] - 1
-
-    @property
     def prefill_tokens_per_second(self) -> float:
         """Prompt tokens (all rows of the batch) per second of prefill."""
         return self.tokens.shape[0] * self.prompt_length / self.prefill_seconds
-
-    @property
-    def decode_tokens_per_second(self) -> float:
-        """Tokens made by decode steps (all rows) per second; NaN with no decode step."""
-        if self.decode_steps == 0:
-            return float("nan")
-        return self.tokens.shape[0] * self.decode_steps / self.decode_seconds
 
 
 @frozen

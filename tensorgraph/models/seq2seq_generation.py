@@ -31,7 +31,7 @@ import numpy as np
 from attrs import field, frozen
 
 from tensorgraph.errors import GraphError, RunError
-from tensorgraph.models.generation import GenerationMemory, generation_memory
+from tensorgraph.models.generation import DecodeRate, GenerationMemory, generation_memory
 from tensorgraph.models.sampling import Sampler
 
 __all__ = [
@@ -225,7 +225,7 @@ def seq2seq_layout(program: object) -> Seq2SeqLayout:
 
 
 @frozen
-class Seq2SeqResult:
+class Seq2SeqResult(DecodeRate):
     """One generation: `tokens` (batch, count) int32 new ids (the decoder prompt not
     included); wall-clock seconds of the encode call (with the rest of the decoder
     prompt) and of the decode calls for new tokens (each with its logits' transfer and
@@ -236,17 +236,6 @@ class Seq2SeqResult:
     decode_seconds: float
     memory: GenerationMemory
     state: object
-
-    @property
-    def decode_steps(self) -> int:
-        return self.tokens.shape[1] - 1
-
-    @property
-    def decode_tokens_per_second(self) -> float:
-        """Tokens made by decode steps (all rows) per second; NaN with no decode step."""
-        if self.decode_steps == 0:
-            return float("nan")
-        return self.tokens.shape[0] * self.decode_steps / self.decode_seconds
 
 
 def _source_feeds(layout: Seq2SeqLayout, source: object) -> dict[str, np.ndarray]:
