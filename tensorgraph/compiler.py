@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from attrs import field, frozen
 
-from tensorgraph.errors import GraphError, PlanError, RunError, SaveError, TensorGraphError
+from tensorgraph.errors import GraphError, PlanError, RunError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.verify import verify
 from tensorgraph.planner.aliasing import ANALYSES, Aliasing, analyze_aliasing
@@ -187,17 +187,10 @@ class Program:
         """Write the program to `path` (see `tensorgraph.program_io`); `tg.load` reads it
         back exactly and runs it without recompiling. With `state` (a State of this
         program), the loaded program's states start from its current values: a training
-        run resumes where it was saved. A symbolic program is a SaveError for now (its
-        graph's JSON keeps the dims: save that and recompile)."""
+        run resumes where it was saved. A symbolic program saves its parametric plan (its
+        dims' ranges and orientations): the loaded one gives the same `plan.at(...)` at
+        every length."""
         from tensorgraph.program_io import save
-
-        if self.graph.dims:
-            dims = ", ".join(d.describe() for d in self.graph.dims.values())
-            raise SaveError(
-                f"{os.fspath(path)}: program {self.graph.name!r} has symbolic dims ({dims}); "
-                "program files hold static plans only: save prog.source.to_json() and "
-                "recompile it, or save the compile of tg.specialize(graph, ...)"
-            )
 
         save(self, path, state)
 

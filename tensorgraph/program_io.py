@@ -29,6 +29,14 @@ saved one was: a training run saved after 3 steps and loaded runs step 4 exactly
 original would. A state's value is the tensor `state:<name>` of the weights file (unless
 it is the very array of a param stored already: a weight is stored once).
 
+A symbolic program (a graph over `tg.Dim`s, whose plan is a `ParametricPlan`) saves the
+same record: the graph's JSON keeps the dims and their ranges, the plan's fields are
+those of its static plan at each dim's max (`plan.upper`), and `orientations` lists
+each orientation as its ranking of the buffers (lowest first) and the dims whose plan
+gave it. Loading recomputes the lifetimes and the conflicting pairs at the max, turns
+each ranking back into its orientation, and proves the result with `verify_parametric`,
+so the loaded program's `plan.at(...)` is the saved one's at every length.
+
 Loading rebuilds the program without recompiling (no pass, no schedule, no search):
 the graph is verified, liveness is recomputed from (graph, order, aliasing), which is
 cheap and deterministic, the stored offsets are laid over it, and `verify_plan` proves
@@ -105,20 +113,28 @@ def _record(
         _stored(name, value, keys, tensors, "state:") for name, value in sorted(initial.items())
     ]
     plan = program.plan
+    parametric = getattr(plan, "orientations", None) is not None
+    static = plan.upper if parametric else plan
+    record = {
+        "algorithm": static.algorithm,
+        "alignment": static.alignment,
+        "arena_size": int(static.arena_size),
+        "buffer_offsets": [[int(b), o] for b, o in static.buffer_offsets.items()],
+        "state_layout": dict(static.state_layout),
+        "state_size": static.state_size,
+    }
+    if parametric:  # the static plan at each dim's max above, and the orientations
+        record["orientations"] = [
+            {"ranked": [int(b) for b in o.ranked], "source": dict(o.source)}
+            for o in plan.orientations
+        ]
     return {
         "graph": json.loads(structure.to_json()),
         "order": list(program.order),
         "aliasing": program.aliasing.to_dict(),
         "options": _jsonable(asdict(program.options)),
         "stats": _jsonable(dict(program.stats)),
-        "plan": {
-            "algorithm": plan.algorithm,
-            "alignment": plan.alignment,
-            "arena_size": plan.arena_size,
-            "buffer_offsets": [[b, plan.buffer_offsets[b]] for b in plan.buffer_offsets],
-            "state_layout": dict(plan.state_layout),
-            "state_size": plan.state_size,
-        },
+        "plan": record,
         "params": params,
         "states": states,
     }
@@ -365,10 +381,7 @@ def _program(where: Path, weight: object, document: dict) -> object:
     (param entry -> array), verified."""
     from tensorgraph.compiler import Program
     from tensorgraph.planner.aliasing import Aliasing
-    from tensorgraph.planner.buffers import Assignment
     from tensorgraph.planner.check import verify_plan
-    from tensorgraph.planner.liveness import analyze
-    from tensorgraph.planner.plan import assemble_plan
 
     graph = Graph.from_json(json.dumps(document["graph"]))
     values = {str(e["name"]): weight(e) for e in document["params"]}
@@ -390,6 +403,22 @@ def _program(where: Path, weight: object, document: dict) -> object:
             f"{where}: plan.alignment {alignment} differs from the options' alignment "
             f"{options.alignment}"
         )
+    if graph.dims:
+        plan = _parametric(where, graph, order, aliasing, options, saved)
+        return Program(graph, order, aliasing, plan, options, stats, graph)
+    plan = _static_plan(where, graph, order, aliasing, options, saved)
+    verify_plan(graph, plan, aliasing)
+    return Program(graph, order, aliasing, plan, options, stats, graph)
+
+
+def _static_plan(
+    where: Path, graph: Graph, order: tuple, aliasing: object, options: object, saved: dict
+) -> object:
+    """The MemoryPlan of static `graph` from its record's offsets (unverified)."""
+    from tensorgraph.planner.buffers import Assignment
+    from tensorgraph.planner.liveness import analyze
+    from tensorgraph.planner.plan import assemble_plan
+
     liveness = analyze(
         graph,
         order,
@@ -412,7 +441,7 @@ def _program(where: Path, weight: object, document: dict) -> object:
         liveness,
         assignment,
         str(saved["algorithm"]),
-        alignment,
+        options.alignment,
         aliasing,
         states=(layout, _int(where, saved.get("state_size", 0), "plan.state_size")),
     )
@@ -421,5 +450,58 @@ def _program(where: Path, weight: object, document: dict) -> object:
             f"{where}: the stored offsets give an arena of {plan.arena_size} bytes, "
             f"but the file records {saved['arena_size']}"
         )
-    verify_plan(graph, plan, aliasing)
-    return Program(graph, order, aliasing, plan, options, stats, graph)
+    return plan
+
+
+def _parametric(
+    where: Path, graph: Graph, order: tuple, aliasing: object, options: object, saved: dict
+) -> object:
+    """The ParametricPlan of symbolic `graph` from its record: the static plan at each
+    dim's max (offsets laid over the liveness recomputed there, verified), the saved
+    rankings turned back into orientations over the conflicts of its lifetimes, and the
+    whole proven by `verify_parametric` (every conflicting pair oriented, acyclic, and
+    `at(...)` verified at the ranges' ends and interior samples). The dims' ranges come
+    with the graph's JSON, so `at(...)` is the saved program's at every length."""
+    from tensorgraph.planner.check import verify_plan
+    from tensorgraph.planner.parametric import verify_parametric
+    from tensorgraph.planner.parametric_build import (
+        assemble_parametric,
+        conflicts,
+        ranking_orientation,
+    )
+
+    at_max = graph.specialize(**{name: d.max for name, d in graph.dims.items()})
+    upper = _static_plan(where, at_max, order, aliasing, options, saved)
+    verify_plan(at_max, upper, aliasing)
+    ids = {int(b.id): b.id for b in upper.buffers}  # workspace ids are ints of a subclass
+    lifetimes = {b.id: (b.start, b.end) for b in upper.buffers}
+    pairs = conflicts(lifetimes)
+    orientations = []
+    for k, entry in enumerate(saved["orientations"]):
+        entry = _mapping(where, entry, f"plan.orientations[{k}]")
+        ranked = [_int(where, b, f"a buffer of orientation {k}") for b in entry["ranked"]]
+        if sorted(ranked) != sorted(ids):
+            raise LoadError(
+                f"{where}: orientation {k} ranks other buffers than the plan at each dim's "
+                "max holds"
+            )
+        source = {
+            str(n): _int(where, v, f"the source dim {n!r} of orientation {k}")
+            for n, v in _mapping(where, entry["source"], f"orientation {k}'s source").items()
+        }
+        orientations.append(ranking_orientation([ids[b] for b in ranked], pairs, source))
+    if not orientations:
+        raise LoadError(f"{where}: a parametric plan needs at least one orientation")
+    plan = assemble_parametric(
+        graph,
+        order,
+        aliasing,
+        upper,
+        orientations,
+        at_max,
+        params_in_arena=options.params_in_arena,
+        tail_guard=options.tail_guard,
+        states=(dict(upper.state_layout), upper.state_size),
+    )
+    verify_parametric(plan)
+    return plan

@@ -52,14 +52,25 @@ def orient(
     ranked sits below."""
     index = {b.id: k for k, b in enumerate(buffers)}
     ranked = sorted(buffers, key=lambda b: (offsets[b.id], b.size, index[b.id]))
-    rank = {b.id: k for k, b in enumerate(ranked)}
-    below: dict[Hashable, list[Hashable]] = {b.id: [] for b in ranked}
+    return ranking_orientation([b.id for b in ranked], pairs, source)
+
+
+def ranking_orientation(
+    ranked: Sequence[Hashable],
+    pairs: Mapping[Hashable, Sequence[Hashable]],
+    source: Mapping[str, int],
+) -> Orientation:
+    """The orientation that ranking `ranked` (buffer ids, lowest first) induces on the
+    conflicting pairs `pairs` (`conflicts`): of each pair, the lower ranked sits below.
+    A ranking determines its orientation, so a saved plan stores only the ranking."""
+    rank = {b: k for k, b in enumerate(ranked)}
+    below: dict[Hashable, list[Hashable]] = {b: [] for b in ranked}
     for b, earlier in pairs.items():
         for a in earlier:
             low, high = (a, b) if rank[a] < rank[b] else (b, a)
             below[high].append(low)
     return Orientation(
-        tuple(b.id for b in ranked),
+        tuple(ranked),
         {b: tuple(sorted(a, key=rank.__getitem__)) for b, a in below.items()},
         dict(source),
     )
@@ -223,18 +234,52 @@ def parametric_plan(
     for sizes in sized:
         arenas = [evaluate_orientation(o, sizes, upper.alignment).arena_size for o in oriented]
         kept.add(arenas.index(min(arenas)))
+    plan = assemble_parametric(
+        graph,
+        order,
+        aliasing,
+        upper,
+        tuple(oriented[k] for k in sorted(kept)),
+        rep,
+        slots,
+        params_in_arena=params_in_arena,
+        tail_guard=tail_guard,
+        states=states,
+    )
+    plan._prepared.update(prepared)
+    return plan
+
+
+def assemble_parametric(
+    graph: Graph,
+    order: Sequence[int],
+    aliasing: Aliasing,
+    upper: MemoryPlan,
+    orientations: Sequence[Orientation],
+    at_max: Graph,
+    slots: Mapping[int, int] | None = None,
+    *,
+    params_in_arena: bool = False,
+    tail_guard: int = 0,
+    states: tuple[Mapping[str, int], int] = ({}, 0),
+) -> ParametricPlan:
+    """The `ParametricPlan` of symbolic `graph` from its parts: the static plan `upper`
+    at each dim's max (`at_max`, the graph there), which gives the lifetimes and the
+    sizes' guard bytes, and `orientations` (unverified: run `verify_parametric`). Used by
+    `parametric_plan` and by `load`, which stores the orientations' rankings only."""
+    representative = {name: d.max for name, d in graph.dims.items()}
     sizes = {}
     for b in upper.buffers:
-        guard = 0 if isinstance(b.id, WorkspaceId) else b.size - rep.node(b.id).nbytes
+        guard = 0 if isinstance(b.id, WorkspaceId) else b.size - at_max.node(b.id).nbytes
         sizes[b.id] = _size_expression(graph, b.id, guard)
     plan = ParametricPlan(
         graph,
         tuple(order),
         aliasing,
-        lifetimes,
-        tuple(oriented[k] for k in sorted(kept)),
+        {b.id: (b.start, b.end) for b in upper.buffers},
+        tuple(orientations),
         sizes,
-        slots,
+        _slots(at_max, aliasing) if slots is None else slots,
         upper,
         upper.algorithm,
         upper.alignment,
@@ -242,6 +287,5 @@ def parametric_plan(
         tail_guard,
         states,
     )
-    plan._prepared.update(prepared)
-    plan._prepared[tuple(sorted(representative.items()))] = (rep, aliasing, upper.liveness)
+    plan._prepared[tuple(sorted(representative.items()))] = (at_max, aliasing, upper.liveness)
     return plan
