@@ -13,11 +13,10 @@ The pipeline is `compiler`'s, deciding only what holds for every value of the di
 A run reads the dims from the feeds' shapes (`runtime.dim_feeds.bind_dims`: a length
 outside its range is a RunError naming the dim, the value and the range), takes the
 concrete program at those dims (the specialised graph, its aliasing and `plan.at(...)`:
-exactly that arena) and runs it. On the MLX backend this is the first step of issue 26's
-executors: one static program per length, compiled by the MLX executor on first use and
-kept for the last MLX_CACHED_LENGTHS lengths (each holds its compiled form and its own
-device copy of the bound weights); `mx.compile(shapeless=True)` and a shared weight
-copy are later steps.
+exactly that arena) and runs it. On the MLX backend the concrete programs of the last
+MLX_CACHED_LENGTHS lengths are kept (their per-length traces: the bounded cache of
+compiled shapes) and share the symbolic program's one device copy of the weights, its
+segmentation and its shapeless traces (codegen_mlx/symbolic.py).
 """
 
 from __future__ import annotations
@@ -134,9 +133,9 @@ def compile_symbolic(graph: Graph, options: object, debug: bool) -> object:
 def concrete_program(program: object, dims: Mapping[str, int], *, mlx: bool = False) -> object:
     """The static `Program` of symbolic `program` at `dims`: the specialised graph, its
     aliasing and `program.plan.at(**dims)`. The last CACHED_LENGTHS are kept for the
-    NumPy backends and, apart (`mlx`), the last MLX_CACHED_LENGTHS for MLX, whose
-    executor keeps a compiled program and the bound weights on the device per program.
-    PlanError for a dim missing or out of range."""
+    NumPy backends and, apart (`mlx`), the last MLX_CACHED_LENGTHS for MLX, adopted by
+    its executor (codegen_mlx/symbolic.py), which keeps each length's shape-dependent
+    traces with it. PlanError for a dim missing or out of range."""
     from tensorgraph.compiler import Program
 
     caches = _PROGRAMS.setdefault(program, {"numpy": OrderedDict(), "mlx": OrderedDict()})
@@ -150,6 +149,10 @@ def concrete_program(program: object, dims: Mapping[str, int], *, mlx: bool = Fa
     concrete = Program(
         graph, program.order, plan.aliasing, plan, program.options, program.stats, program.source
     )
+    if mlx:
+        from tensorgraph.codegen_mlx.symbolic import prepare
+
+        prepare(program, concrete)
     cache[key] = concrete
     if len(cache) > bound:
         cache.popitem(last=False)

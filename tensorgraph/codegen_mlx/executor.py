@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -89,9 +89,33 @@ def _device(device: str | None) -> mx.Device:
     return mx.cpu if device == "cpu" else mx.gpu
 
 
+def adopt(
+    program: object,
+    owner: object,
+    *,
+    segments: Callable | None = None,
+    compiled: Callable | None = None,
+    cache_bound: int | None = None,
+) -> None:
+    """Run `program` (a concrete program of symbolic program `owner`: the same node ids
+    and bound values at one length) with `owner`'s device copies of the bound params and
+    constants, so that every length shares one copy; its segments and traces come from
+    `segments(program, device)` -> (segments, traces) and its whole-program trace from
+    `compiled(program, device)` -> (feed ids, trace) (codegen_mlx/symbolic.py), and
+    MLX's buffer cache is limited to `cache_bound` bytes while it runs (None: as MLX
+    has it)."""
+    cache = _cache(program)
+    cache["owner"] = weakref.ref(owner)  # weak: the owner's caches hold `program`
+    cache["segment-source"], cache["compiled-source"] = segments, compiled
+    cache["cache-bound"] = cache_bound
+
+
 def _resident(program: object, device: mx.Device) -> dict[int, mx.array]:
     """This program's converted bound params and constants on `device` (node id ->
-    array), filled on first use."""
+    array), filled on first use; its owner's for an adopted program (`adopt`)."""
+    owner = _cache(program).get("owner")
+    if owner is not None and owner() is not None:
+        program = owner()
     return _cache(program).setdefault(f"values-{device}", {})
 
 
@@ -241,11 +265,25 @@ def run_eager(
     return [slots[o] for o in graph.outputs]
 
 
-def _trace(
-    graph: Graph, feed_ids: tuple[int, ...], guarded: Sequence[Node], in_range: frozenset[int]
+def trace_program(
+    graph: Graph,
+    feed_ids: tuple[int, ...],
+    guarded: Sequence[Node],
+    in_range: frozenset[int],
+    *,
+    shapeless: bool = False,
+    overrides: Mapping[int, Callable] | None = None,
 ):
+    """The whole schedule as one mx.compile'd function of the `feed_ids`' arrays: the
+    outputs, then one verdict per `guarded` node. `shapeless` and `overrides` as in
+    `segments.trace_segment`."""
+    overrides = overrides or {}
     constants = {n.id: to_mx(constant_value(n)) for n in graph.nodes if n.op == "constant"}
-    steps = [(n, lowering_of(n, in_range)) for n in graph.nodes if not OPS[n.op].boundary]
+    steps = [
+        (n, overrides.get(n.id) or lowering_of(n, in_range))
+        for n in graph.nodes
+        if not OPS[n.op].boundary
+    ]
 
     def program(*feeds: mx.array) -> list[mx.array]:
         slots = dict(zip(feed_ids, feeds, strict=True))
@@ -256,7 +294,7 @@ def _trace(
         verdicts = [verdict(n, [slots[i] for i in n.inputs]) for n in guarded]
         return [slots[o] for o in graph.outputs] + verdicts  # verdicts: see guards.py
 
-    return mx.compile(program)
+    return mx.compile(program, shapeless=shapeless)
 
 
 def run_compiled(program: object, feeds: dict[int, mx.array], device: mx.Device) -> list[mx.array]:
@@ -264,9 +302,12 @@ def run_compiled(program: object, feeds: dict[int, mx.array], device: mx.Device)
     graph = program.graph
     cache = _cache(program)
     key = f"compiled-{device}"
+    if key not in cache and cache.get("compiled-source") is not None:
+        cache[key] = cache["compiled-source"](program, device)
     if key not in cache:
         feed_ids = tuple(n.id for n in graph.nodes if n.op in ("input", "param", "state"))
-        cache[key] = (feed_ids, _trace(graph, feed_ids, _guarded(program), _in_range(program)))
+        trace = trace_program(graph, feed_ids, _guarded(program), _in_range(program))
+        cache[key] = (feed_ids, trace)
     feed_ids, trace = cache[key]
     outputs = trace(*(feeds.pop(i) for i in feed_ids))
     feeds.clear()
@@ -293,6 +334,8 @@ def _segmented(program: object, device: mx.Device) -> tuple[tuple, tuple]:
     """The program's segments (`segment_budget`) and their traces, cached per device."""
     cache = _cache(program)
     key = f"segments-{device}"
+    if key not in cache and cache.get("segment-source") is not None:
+        cache[key] = cache["segment-source"](program, device)
     if key not in cache:
         plan = program.plan
         budget = segment_budget(program)
@@ -359,6 +402,10 @@ def run_mlx(
     # donate only when nothing is left to check on the device (codegen_mlx/state.py)
     donate = not _guarded(program)
     handed = _hand_over(cache["states"], graph.state_positions, state, feeds, donate)
+    bound = cache.get("cache-bound")
+    if bound is not None:  # restored below: the limit is MLX's, process-wide
+        previous = mx.set_cache_limit(bound)
+        mx.set_cache_limit(min(bound, previous))
     try:
         return _run(program, mode, target, feeds, native, stats, state)
     except BaseException as err:
@@ -368,6 +415,9 @@ def run_mlx(
         if isinstance(err, TensorGraphError):
             raise type(err)(f"{err} (state {', '.join(handed)} lost: reset it)") from err
         raise
+    finally:
+        if bound is not None:
+            mx.set_cache_limit(previous)
 
 
 def _hand_over(

@@ -143,6 +143,41 @@ def carried_bytes(graph: Graph, liveness: Liveness) -> list[int]:
     return carried
 
 
+def step_costs(graph: Graph, liveness: Liveness, aliasing: Aliasing) -> tuple[list, list]:
+    """(`carried(s)`, the bytes step s allocates) for every step s of the planned
+    schedule (module docstring): a node's `allocation` plus any buffer of no node (a
+    fused op's declared workspace, live at its step only)."""
+    steps = liveness.steps
+    nodes = {n.id for n in graph.nodes}
+    extra = [0] * len(steps)
+    for buffer in liveness.buffers:
+        if buffer.id not in nodes:
+            extra[buffer.start] += buffer.size
+    sizes = [allocation(graph, aliasing, i) + extra[k] for k, i in enumerate(steps)]
+    return carried_bytes(graph, liveness), sizes
+
+
+def cut_steps(costs: Sequence[tuple[list, list, int]]) -> list[tuple[int, int, int]]:
+    """(start, stop, cost under the first) of each segment of a greedy cut of the steps
+    such that, under every (carried, sizes, budget) of `costs` (one schedule's
+    `step_costs` at one or more lengths, each with its budget), each segment's cost is
+    at most the budget, except one-step segments, which may exceed it."""
+    count = len(costs[0][1])
+    bounds, start = [], 0
+    running = [carried[0] if count else 0 for carried, _, _ in costs]
+    for step in range(count):
+        if step > start and any(
+            total + sizes[step] > budget
+            for total, (_, sizes, budget) in zip(running, costs, strict=True)
+        ):
+            bounds.append((start, step, running[0]))
+            start, running = step, [carried[step] for carried, _, _ in costs]
+        running = [total + sizes[step] for total, (_, sizes, _) in zip(running, costs, strict=True)]
+    if count:
+        bounds.append((start, count, running[0]))
+    return bounds
+
+
 def segment_schedule(
     graph: Graph, liveness: Liveness, aliasing: Aliasing, budget: int
 ) -> tuple[Segment, ...]:
@@ -150,24 +185,16 @@ def segment_schedule(
     greedily into segments whose cost is at most `budget` bytes, except one-step
     segments, which may exceed it. The segments partition the steps in order; an empty
     schedule gives no segment. O(nodes + edges + buffers)."""
-    steps = liveness.steps
-    carried = carried_bytes(graph, liveness)
-    # Buffers of no node (a fused op's declared workspace, live at its step only) are
-    # allocated by that step.
-    nodes = {n.id for n in graph.nodes}
-    extra = [0] * len(steps)
-    for buffer in liveness.buffers:
-        if buffer.id not in nodes:
-            extra[buffer.start] += buffer.size
-    bounds, start, cost = [], 0, carried[0] if steps else 0
-    for step, node_id in enumerate(steps):
-        size = allocation(graph, aliasing, node_id) + extra[step]
-        if step > start and cost + size > budget:
-            bounds.append((start, step, cost))
-            start, cost = step, carried[step]
-        cost += size
-    if steps:
-        bounds.append((start, len(steps), cost))
+    carried, sizes = step_costs(graph, liveness, aliasing)
+    return segments_of(graph, liveness, cut_steps([(carried, sizes, budget)]))
+
+
+def segments_of(
+    graph: Graph, liveness: Liveness, bounds: Sequence[tuple[int, int, int]]
+) -> tuple[Segment, ...]:
+    """The `Segment`s of (start, stop, cost) `bounds` over `graph`'s planned schedule.
+    Their nodes, inputs, outputs and releases depend only on the schedule and the
+    lifetimes, so one list serves every length of a symbolic program."""
     guarded = {n.id for n in device_guarded(graph)}
     return tuple(
         _segment(graph, liveness, guarded, start, stop, cost) for start, stop, cost in bounds
@@ -198,15 +225,27 @@ Trace = Callable[..., list[mx.array]]
 
 
 def trace_segment(
-    graph: Graph, segment: Segment, in_range: frozenset[int] = frozenset()
+    graph: Graph,
+    segment: Segment,
+    in_range: frozenset[int] = frozenset(),
+    *,
+    shapeless: bool = False,
+    overrides: Mapping[int, Callable] | None = None,
 ) -> Trace | None:
     """`segment` as an mx.compile'd function: its inputs' arrays -> its outputs' arrays,
     then one verdict per guarded node. None when it has neither (nothing it computes is
     observable: dead code the rewrites did not remove). `in_range`: ids of nodes whose
-    indices the caller checks on the host before every call (`lowering.lowering_of`)."""
+    indices the caller checks on the host before every call (`lowering.lowering_of`).
+    `shapeless`: compiled with `mx.compile(shapeless=True)`, replayed at any input shapes
+    (only for segments of shapeless nodes, codegen_mlx/shapeless.py); `overrides`: node
+    id -> the lowering used in place of its op's (`shapeless.lowering`)."""
     if not segment.outputs and not segment.guarded:
         return None
-    nodes = [(graph.node(i), lowering_of(graph.node(i), in_range)) for i in segment.nodes]
+    overrides = overrides or {}
+    nodes = [
+        (graph.node(i), overrides.get(i) or lowering_of(graph.node(i), in_range))
+        for i in segment.nodes
+    ]
     guarded = [graph.node(i) for i in segment.guarded]
 
     def run(*args: mx.array) -> list[mx.array]:
@@ -216,7 +255,7 @@ def trace_segment(
         verdicts = [verdict(n, [slots[i] for i in n.inputs]) for n in guarded]
         return [slots[o] for o in segment.outputs] + verdicts
 
-    return mx.compile(run)
+    return mx.compile(run, shapeless=shapeless)
 
 
 def run_segments(
