@@ -21,7 +21,12 @@ may join a shapeless trace only when nothing its lowering decides depends on the
    lowers as `mx.reshape(x, target with -1 there)`, which MLX re-infers per length
    (`lowering`), since the other extents are static and the element count is kept;
 3. every extent of the node and of its operands is at least 1 at every length: the
-   lowerings decide "no elements" (`lowering._lowered`) in Python;
+   lowerings decide "no elements" (`lowering._lowered`) in Python; and every axis a
+   reduction reduces (sum, mean, max, min, prod, softmax, a norm's last axis) is at
+   least 2 at every length: MLX 0.32's shapeless replay of a reduction over an axis of
+   extent 1 (a static 1 too, once other extents change) crashes the process (a
+   segmentation fault, found by the tests' random graphs; argmax, cumsum and matmul
+   were fine);
 4. matmul only for floats (the integer path reshapes to `node.shape`), a gather only
    from an operand whose shape holds no dim (the index replacement reads its extent).
 
@@ -57,6 +62,18 @@ SHAPELESS_OPS = frozenset(
 )
 
 
+def _reduced_axes(node: Node, rank: int) -> tuple[int, ...]:
+    """The axes of its first operand (of rank `rank`) that reduction `node` reduces;
+    () for an op that reduces none."""
+    if node.op in ("sum", "mean", "max", "min", "prod"):
+        return tuple(a % rank for a in node.attr("axes"))
+    if node.op in ("softmax", "log_softmax"):
+        return (node.attr("axis") % rank,)
+    if node.op in ("rms_norm", "layer_norm"):
+        return (rank - 1,)
+    return ()
+
+
 def is_shapeless(graph: Graph, node: Node) -> bool:
     """Whether `node` of symbolic `graph` may join a shapeless trace (rules 1-4 of the
     module docstring)."""
@@ -71,6 +88,11 @@ def is_shapeless(graph: Graph, node: Node) -> bool:
     extents = [d for n in (node, *operands) for d in n.shape]
     if not all(d >= 1 if is_static(d) else always(d, ">=", 1) is True for d in extents):
         return False
+    if operands:
+        shape = operands[0].shape
+        for axis in _reduced_axes(node, len(shape)):
+            if always(shape[axis], ">=", 2) is not True:
+                return False
     if node.op == "matmul" and not node.dtype.is_float:
         return False
     return not (node.op == "take" and not all(is_static(d) for d in operands[0].shape))

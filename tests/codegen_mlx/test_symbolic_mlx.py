@@ -26,8 +26,9 @@ def _shapeless_graph() -> tg.Graph:
     """One of each kind of shapeless node over seq: a matmul with a bound weight, a
     broadcasting add, softmax, a reshape with one symbolic extent, a transpose, a
     reduction over a fixed axis, an RMS norm, a concatenation, a comparison and where,
-    a cast, and a gather from a static table."""
-    seq = tg.Dim("seq", min=1, max=16)
+    a cast, a gather from a static table, and reductions over the symbolic axis (a mean
+    divides by a count that changes with the length)."""
+    seq = tg.Dim("seq", min=2, max=16)  # >= 2: reductions over seq stay shapeless
     g = tg.Graph("shapeless")
     x = g.input("x", (seq, 8), tg.float32)
     ids = g.input("ids", (seq,), tg.int32)
@@ -41,7 +42,8 @@ def _shapeless_graph() -> tg.Graph:
     folded = tg.sum(tg.transpose(pairs, (1, 0)), axis=0, keepdims=True)
     normed = tg.rms_norm(h, None, 1e-5)
     both = tg.concatenate([normed, tg.exp(h)], axis=0)
-    g.output(folded, tg.where(both > 0.5, both, -both).astype(tg.float16), tg.mean(h, axis=1))
+    over_seq = tg.mean(h, axis=0) + tg.sum(tg.log_softmax(h, axis=0), axis=0)  # N is a dim
+    g.output(folded, tg.where(both > 0.5, both, -both).astype(tg.float16), over_seq)
     return g
 
 
@@ -53,7 +55,7 @@ def _feeds(length: int) -> dict[str, np.ndarray]:
     }
 
 
-LENGTHS = (1, 3, 7, 16, 5)
+LENGTHS = (2, 3, 7, 16, 5)
 
 
 @pytest.mark.parametrize("mode", ["auto", "compiled"])
@@ -73,6 +75,26 @@ def test_a_shapeless_trace_replays_every_length_as_a_per_shape_compile(mode: str
     kinds = {key[1] for key in shared_traces(prog)}
     expected_keys = {"compiled"} if mode == "compiled" else set(range(len(traces.bounds)))
     assert kinds == expected_keys and len(shared_traces(prog)) == len(expected_keys)
+
+
+def test_a_reduction_over_an_axis_that_can_be_1_is_traced_per_length() -> None:
+    # Regression: MLX 0.32's shapeless replay of a sum over an axis that is 1 at the
+    # call crashed the process (segmentation fault).
+    seq = tg.Dim("seq", min=1, max=8)
+    g = tg.Graph("one")
+    x = g.input("x", (seq, 4), tg.float32)
+    g.output(tg.sum(tg.exp(x), axis=0), tg.softmax(x, axis=0))
+    prog = tg.compile(g)
+    reductions = [n for n in prog.graph.nodes if n.op in ("sum", "softmax")]
+    assert len(reductions) == 2 and not any(is_shapeless(prog.graph, n) for n in reductions)
+    assert is_shapeless(prog.graph, next(n for n in prog.graph.nodes if n.op == "exp"))
+    for length in (3, 1, 2):
+        x_np = np.linspace(-1, 1, 4 * length, dtype=np.float32).reshape(length, 4)
+        for mode in ("auto", "compiled"):
+            got = prog.run({"x": x_np}, backend="mlx", mode=mode)
+            expected = run_reference(g.specialize(seq=length), {"x": x_np})
+            for a, b in zip(got, expected, strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
 def _dependent_graph() -> tg.Graph:
@@ -126,7 +148,7 @@ def test_mlx_cache_stays_within_the_arena_at_the_max_and_the_limit_is_restored()
     prog = tg.compile(_shapeless_graph())
     before = mx.set_cache_limit(1 << 40)
     mx.set_cache_limit(before)
-    for length in (16, 1, 9, 3, 16, 12):
+    for length in (16, 2, 9, 3, 16, 12):
         prog.run(_feeds(length), backend="mlx")
         assert mx.get_cache_memory() <= int(prog.plan.arena_size)
     assert mx.set_cache_limit(before) == before
