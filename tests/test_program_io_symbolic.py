@@ -153,3 +153,26 @@ def test_a_dim_range_changed_in_the_file_is_a_load_error(tmp_path: Path) -> None
     _rewrite(tmp_path / "p.tgp", widen)
     with pytest.raises(tg.LoadError, match=r"p\.tgp"):
         tg.load(tmp_path / "p.tgp")
+
+
+def test_a_symbolic_program_with_a_static_state_resumes_from_the_saved_state(
+    tmp_path: Path,
+) -> None:
+    seq = tg.Dim("seq", min=1, max=16)
+    g = tg.Graph("running")
+    total = g.state("total", (4,), tg.float32)
+    x = g.input("x", (seq, 4), tg.float32)
+    g.update_state(total, total + tg.sum(x, axis=0))
+    g.output(total * 2.0)
+    prog = tg.compile(g)
+    state = prog.new_state("arena")
+    for length in (3, 9):
+        prog.run({"x": np.ones((length, 4), np.float32)}, backend="arena", state=state)
+    prog.save(tmp_path / "p.tgp", state=state)
+    loaded = tg.load(tmp_path / "p.tgp")
+    np.testing.assert_array_equal(loaded.new_state("arena")["total"], np.full(4, 12.0))
+    (doubled,) = loaded.run({"x": np.ones((5, 4), np.float32)}, backend="arena")
+    np.testing.assert_array_equal(doubled, np.full(4, 24.0))  # read before the update
+    np.testing.assert_array_equal(loaded.state("arena")["total"], np.full(4, 17.0))
+    with pytest.raises(tg.SaveError, match=r"state must be a State"):
+        prog.save(tmp_path / "bad.tgp", state={"total": np.zeros(4, np.float32)})
