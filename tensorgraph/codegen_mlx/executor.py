@@ -25,6 +25,10 @@ per program and device):
 
 Measured side by side in benches/FIGURES-E.md (`benches/bench_mlx_gpu.py`).
 
+Symbolic programs run as their concrete program at the call's length, `adopt`ed: the
+weights, segmentation and shapeless traces of the symbolic program serve every length,
+and MLX's cache is bounded during the call (codegen_mlx/symbolic.py).
+
 Per-run accounting: `run_mlx(..., stats=True)` records a `RunStats` (stats.py: time,
 MLX peak vs arena + constant segment + inputs/outputs), read back with
 `last_run(program)`; without `stats` nothing is measured or reset.
