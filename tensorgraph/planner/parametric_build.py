@@ -35,10 +35,15 @@ from tensorgraph.planner.parametric import (
 from tensorgraph.planner.plan import MemoryPlan
 
 CANDIDATES = 3  # interior lengths whose static plans may orient the plan (`candidate_dims`)
-# The offset algorithm of the other candidates' static plans: the one at each dim's max
-# uses the compile's planner; the others only orient, and greedy by size orients as well
-# as `best` on the zoo Llama (benches/bench_symbolic.py) at a fraction of its time.
-CANDIDATE_PLANNER = "greedy_size"
+# The offset algorithm of the other candidates' static plans (the one at each dim's max
+# uses the compile's planner), and its work budget per buffer. Greedy by size oriented
+# the zoo Llama as well as `best`, but left the imported GPT-2 7.3% above its lower bound
+# at every length below 100 (benches/bench_symbolic.py); `best` cut short at 96 units a
+# buffer runs its baselines, more orders and one round of skyline constructions (about 6
+# ms for GPT-2's 65 buffers), enough to reach the lower bound at every length there,
+# where its default budget (over 100,000 units) took 70 ms a candidate for the same arena.
+CANDIDATE_PLANNER = "best"
+CANDIDATE_UNITS = 96
 
 
 def orient(
@@ -200,8 +205,9 @@ def parametric_plan(
     """The parametric plan of symbolic `graph` (in `order`) with the alias structure
     `aliasing` (offsets at each dim's max, where `upper`, the static plan of the graph
     at each dim's max, was made with it): oriented by `upper`, and by the static plans
-    (offset algorithm CANDIDATE_PLANNER) at `candidate_dims` that give the smallest arena
-    at one of those dims (the others are dropped; each kept orientation is safe alone).
+    (offset algorithm CANDIDATE_PLANNER, cut at CANDIDATE_UNITS work units a buffer) at
+    `candidate_dims` that give the smallest arena at one of those dims (the others are
+    dropped; each kept orientation is safe alone).
     `at_max` is `graph` specialised at each dim's max, when the caller has it."""
     representative = {name: d.max for name, d in graph.dims.items()}
     rep = graph.specialize(**representative) if at_max is None else at_max
@@ -215,7 +221,8 @@ def parametric_plan(
         at = graph.specialize(**dims)
         alias_at = aliasing_at(at, aliasing, slots)
         live = analyze(at, order, alias_at, params_in_arena=params_in_arena, tail_guard=tail_guard)
-        static = assign_offsets(live.buffers, CANDIDATE_PLANNER, upper.alignment)
+        budget = CANDIDATE_UNITS * len(live.buffers)
+        static = assign_offsets(live.buffers, CANDIDATE_PLANNER, upper.alignment, budget)
         oriented.append(orient(live.buffers, static.offsets, pairs, dims))
         sized.append({b.id: b.size for b in live.buffers})
         prepared[tuple(sorted(dims.items()))] = (at, alias_at, live)
