@@ -95,13 +95,18 @@ def compile_symbolic(graph: Graph, options: object, debug: bool) -> object:
         "at": representative,
     }
     analyses, dropped = options.analyses, {}
+    aliasing = chosen.aliasing  # the cost model's, for this order with every analysis
     while True:
-        aliasing = analyze_aliasing(ordered_at_max, order, analyses, alignment=options.alignment)
+        if aliasing is None:
+            aliasing = analyze_aliasing(
+                ordered_at_max, order, analyses, alignment=options.alignment
+            )
         failures = range_failures(ordered, aliasing)
         if not failures:
             break
         dropped.update(failures)
         analyses = tuple(a for a in analyses if a not in failures)
+        aliasing = None
     states = state_layout([ordered_at_max], options.alignment)
     upper = plan_memory(
         ordered_at_max,
