@@ -44,6 +44,7 @@ from __future__ import annotations
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
+from tensorgraph.passes.prefix_fold import prefix_fold
 from tensorgraph.passes.result import PassResult
 from tensorgraph.runtime.kernels import constant_value, evaluate
 
@@ -173,7 +174,17 @@ def fold_weights(graph: Graph) -> Graph:
 
 def fold(graph: Graph) -> PassResult:
     """The folding pass: counters `folded` (values now bound params) and `dropped`
-    (static nodes no longer computed)."""
+    (static nodes no longer computed); on a graph with dims, then `prefix_fold`
+    (passes/prefix_fold.py: values of the dims alone, a constant at the max read through
+    narrows) with its counters."""
+    result = _fold(graph)
+    if not graph.dims:
+        return result
+    prefixed = prefix_fold(result.graph)
+    return PassResult(prefixed.graph, {**result.stats, **prefixed.stats})
+
+
+def _fold(graph: Graph) -> PassResult:
     known = _computable(graph)
     folded, needed = _decided(graph, known)
     static = _values(graph, folded)
