@@ -33,9 +33,11 @@ other length's, so a fact of every element there holds at every length):
   each element, below the table's extent at the shortest length where that element
   exists (checked over the whole range: one dim, extents non-decreasing in it).
 
-Everything else is not stable, and nothing folds through it. Outputs are unchanged bit
-for bit: the constant is computed by the reference kernels (as `fold` does) and the
-narrows copy its elements. O(nodes) plus the kernels' work at the max.
+Every stable value's extents are at their largest at the max (else no prefix of the
+max's value holds it). Everything else is not stable, and nothing folds through it.
+Outputs are unchanged bit for bit: the constant is computed by the reference kernels
+(as `fold` does) and the narrows copy its elements. O(nodes) plus the kernels' work at
+the max.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import numpy as np
 import sympy
 
 from tensorgraph.errors import TensorGraphError
-from tensorgraph.ir.dims import Dim, dims_in
+from tensorgraph.ir.dims import Dim, always, dims_in
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
@@ -134,13 +136,16 @@ class _Analysis:
         if concrete.nbytes > COMPILE_FOLD or any(i not in self.values for i in concrete.inputs):
             return False
         try:
-            if node.op == "param":
-                value = self.graph.param_values[node.name]
-            elif node.op == "constant":
-                value = constant_value(concrete)
-            else:
-                value = run_kernel(concrete, [self.values[i] for i in concrete.inputs])
-        except TensorGraphError:
+            # The reference kernels' values, warnings silenced (a log of arange(seq)'s 0
+            # is -inf there too); a kernel that fails at the max folds nothing through it.
+            with np.errstate(all="ignore"):
+                if node.op == "param":
+                    value = self.graph.param_values[node.name]
+                elif node.op == "constant":
+                    value = constant_value(concrete)
+                else:
+                    value = run_kernel(concrete, [self.values[i] for i in concrete.inputs])
+        except (TensorGraphError, ArithmeticError, ValueError, IndexError, TypeError):
             return False
         self.values[node.id] = np.asarray(value)
         return True
@@ -155,6 +160,13 @@ class _Analysis:
             return True
         sized = SIZE_ATTRS.get(op, ())  # the attributes that may hold a dim
         if dims_in(*(v for k, v in node.attrs if k not in sized)):
+            return False
+        # A prefix of the max's value needs every extent at its largest at the max.
+        at_max = self.at_max.node(node.id).shape
+        if not all(
+            _static(e) or always(e, "<=", top) is True
+            for e, top in zip(node.shape, at_max, strict=True)
+        ):
             return False
         if op in ("arange", "full"):
             return True  # start, step and value are numbers (checked above)

@@ -168,3 +168,16 @@ def test_gpt2s_negative_index_wrap_folds_by_the_values_at_the_max() -> None:
     assert {"take", "where", "cumsum"}.isdisjoint(n.op for n in result.graph.nodes)
     for n in (1, 9, 16):
         _same_at(g, result.graph, n)
+
+
+def test_a_value_whose_extent_shrinks_as_the_length_grows_does_not_fold() -> None:
+    # arange(20 - seq) cast: stable element by element, but at seq < max it is longer
+    # than at the max, so no prefix of the max's value holds it.
+    seq = tg.Dim("seq", min=1, max=16)
+    g = tg.Graph("shrinking")
+    x = g.input("x", (1, seq), tg.float32)
+    g.output(tg.sum(tg.arange(g, 20 - seq, dtype=tg.int64).astype(tg.float32)) + x)
+    result = prefix_fold(g)
+    assert result.stats["prefix_folded"] == 0
+    for length in (1, 8, 16):
+        _same_at(g, result.graph, length)
