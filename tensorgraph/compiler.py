@@ -515,7 +515,9 @@ def _finish(
         "work": chosen.work,
         "cut_short": chosen.cut_short,
     }
-    aliasing = analyze_aliasing(ordered, order, options.analyses, alignment=options.alignment)
+    aliasing = chosen.aliasing  # the cost model's, for this order and these analyses
+    if aliasing is None:
+        aliasing = analyze_aliasing(ordered, order, options.analyses, alignment=alignment)
     stats.update(_analysis_stats(ordered, order, aliasing, options))
     plan = plan_memory(
         ordered,

@@ -2,7 +2,9 @@
 
 The pipeline is `compiler`'s, deciding only what holds for every value of the dims:
 
-    rewrites (dce -> cse -> fold) on the symbolic graph   fold leaves symbolic values
+    rewrites (dce -> cse -> fold) on the symbolic graph   fold leaves symbolic values (but
+                                                          prefix_fold: a prefix of a
+                                                          constant at the max is a view)
     -> schedule of the graph at each dim's max           the cost model's stated length
     -> alias analysis at each dim's max, kept only where it holds for every length
        (`parametric.range_failures`: an analysis with an alias the ranges do not decide
@@ -94,13 +96,18 @@ def compile_symbolic(graph: Graph, options: object, debug: bool) -> object:
         "at": representative,
     }
     analyses, dropped = options.analyses, {}
+    aliasing = chosen.aliasing  # the cost model's, for this order with every analysis
     while True:
-        aliasing = analyze_aliasing(ordered_at_max, order, analyses, alignment=options.alignment)
+        if aliasing is None:
+            aliasing = analyze_aliasing(
+                ordered_at_max, order, analyses, alignment=options.alignment
+            )
         failures = range_failures(ordered, aliasing)
         if not failures:
             break
         dropped.update(failures)
         analyses = tuple(a for a in analyses if a not in failures)
+        aliasing = None
     states = state_layout([ordered_at_max], options.alignment)
     upper = plan_memory(
         ordered_at_max,

@@ -32,9 +32,11 @@ small and smaller than the held sources (a tied embedding's transpose stays a ru
 transpose of the one table, which MLX's matmul reads as a view); and a dropped source's
 bytes offset only one folded value. Folding never grows the bytes a graph holds beyond
 `SMALL_FOLD` per folded value plus `GROWTH_SHARE` of its weights, and never by a held
-weight's bytes. A value whose shape or attributes hold a `tg.Dim` never folds: its bytes
-differ per length, and a constant has one value (the specialised graph folds it at its
-own length, with the same kernels, so outputs agree bit for bit).
+weight's bytes. A value whose shape or attributes hold a `tg.Dim` never folds here: its
+bytes differ per length, and a constant has one value (the specialised graph folds it at
+its own length, with the same kernels, so outputs agree bit for bit). On a graph with
+dims, `prefix_fold` then folds those of them whose value at every length is a prefix of
+the value at the max (passes/prefix_fold.py).
 O(n) plus the kernels' own work (and the sets of bound values each known value is
 computed from).
 """
@@ -44,6 +46,7 @@ from __future__ import annotations
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
+from tensorgraph.passes.prefix_fold import prefix_fold
 from tensorgraph.passes.result import PassResult
 from tensorgraph.runtime.kernels import constant_value, evaluate
 
@@ -173,7 +176,17 @@ def fold_weights(graph: Graph) -> Graph:
 
 def fold(graph: Graph) -> PassResult:
     """The folding pass: counters `folded` (values now bound params) and `dropped`
-    (static nodes no longer computed)."""
+    (static nodes no longer computed); on a graph with dims, then `prefix_fold`
+    (passes/prefix_fold.py: values of the dims alone, a constant at the max read through
+    narrows) with its counters."""
+    result = _fold(graph)
+    if not graph.dims:
+        return result
+    prefixed = prefix_fold(result.graph)
+    return PassResult(prefixed.graph, {**result.stats, **prefixed.stats})
+
+
+def _fold(graph: Graph) -> PassResult:
     known = _computable(graph)
     folded, needed = _decided(graph, known)
     static = _values(graph, folded)

@@ -182,17 +182,34 @@ def analyze_aliasing(
             view = view_of(graph, graph.node(node_id))
             if view is not None:
                 views[node_id] = view
-    aliases = _decide(graph, order, names, views, alignment)
+    peaks = _Peaks(graph, order, alignment)
+    aliases = _decide(graph, order, names, views, peaks)
     # A view smaller than its source keeps the whole source alive for as long as the
     # view is read: copying a small slice that is read late (or is an output) can let a
     # large source die early. Keep such views only when they peak no higher.
     shrinking = {i for i, a in views.items() if graph.node(i).nbytes < graph.node(a.source).nbytes}
     if shrinking:
         whole = {i: a for i, a in views.items() if i not in shrinking}
-        copied = _decide(graph, order, names, whole, alignment)
-        if _peak(graph, order, copied, alignment) < _peak(graph, order, aliases, alignment):
+        copied = _decide(graph, order, names, whole, peaks)
+        if peaks(copied) < peaks(aliases):
             aliases = copied
     return Aliasing(aliases, names)
+
+
+class _Peaks:
+    """The peak live bytes (buffers rounded up to `alignment`) of `graph` in `order` under
+    an alias dict, each distinct dict analysed once: `_decide` compares the aliasing it
+    returns with another, and `analyze_aliasing` compares that one again."""
+
+    def __init__(self, graph: Graph, order: tuple[int, ...], alignment: int) -> None:
+        self.graph, self.order, self.alignment = graph, order, alignment
+        self.seen: dict[frozenset, int] = {}
+
+    def __call__(self, aliases: dict[int, Alias]) -> int:
+        key = frozenset(aliases.items())
+        if key not in self.seen:
+            self.seen[key] = _peak(self.graph, self.order, aliases, self.alignment)
+        return self.seen[key]
 
 
 def _decide(
@@ -200,16 +217,17 @@ def _decide(
     order: tuple[int, ...],
     names: tuple[str, ...],
     views: dict[int, Alias],
-    alignment: int,
+    peaks: _Peaks,
 ) -> dict[int, Alias]:
-    """The views `views`, then concat placements and in-place writes as `names` ask."""
+    """The views `views`, then concat placements and in-place writes as `names` ask
+    (`peaks` compares two choices, at the alignment the plan will have)."""
     from tensorgraph.planner.liveness import analyze
 
     aliases = dict(views)
     views_live = placed = None
     if "copy_elim" in names:
         views_live = analyze(graph, order, Aliasing(views))
-        placed = place_concats(graph, order, views_live, alignment)
+        placed = place_concats(graph, order, views_live, peaks.alignment)
         aliases.update(placed)
     if "reinplace" in names:
         if placed:
@@ -218,7 +236,7 @@ def _decide(
             # concat): keep them only when the whole aliasing peaks no higher.
             plain = dict(views)
             _reinplace(graph, order, views_live, plain)
-            if _peak(graph, order, plain, alignment) < _peak(graph, order, aliases, alignment):
+            if peaks(plain) < peaks(aliases):
                 aliases = plain
         else:
             pre = views_live or analyze(graph, order, Aliasing(views))

@@ -28,7 +28,9 @@ INT64_END = 1 << 63  # every size, step, offset and arena size is below this
 
 
 def _whole(value: object) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
+    # A plain int first: every Buffer the liveness analysis makes has int fields, and
+    # the ABC check alone cost a tenth of a symbolic compile (benches/bench_symbolic.py).
+    return type(value) is int or (isinstance(value, Integral) and not isinstance(value, bool))
 
 
 @frozen

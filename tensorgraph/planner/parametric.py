@@ -252,17 +252,7 @@ class ParametricPlan:
         """buffer id -> its size in bytes at `values` (dim name -> int), from `sizes`
         (None where the size has no expression); each distinct expression evaluated
         once (a model repeats a few sizes over all its layers)."""
-        bound = {self.dims[n]: sympy.Integer(v) for n, v in values.items()}
-        seen: dict[object, int] = {}
-        out: dict[Hashable, int | None] = {}
-        for b, size in self.sizes.items():
-            if size is None or type(size) is int:
-                out[b] = size
-                continue
-            if size not in seen:
-                seen[size] = int(size.xreplace(bound))
-            out[b] = seen[size]
-        return out
+        return evaluate_sizes(self.sizes, self.dims, values)
 
     def _assign(self, liveness: Liveness, values: Mapping[str, int]) -> Assignment:
         """Step 2 of the construction at `values`, over `liveness` at those dims, whose
@@ -285,6 +275,24 @@ class ParametricPlan:
             sizes[buffer_id] = b.size
         placed = [evaluate_orientation(o, sizes, self.alignment) for o in self.orientations]
         return min(placed, key=lambda a: a.arena_size)
+
+
+def evaluate_sizes(
+    sizes: Mapping[Hashable, Extent | None], dims: Mapping[str, Dim], values: Mapping[str, int]
+) -> dict[Hashable, int | None]:
+    """buffer id -> its size expression in `sizes` at `values` (dim name -> int, for the
+    `dims` of that name), None where it has none; each distinct expression once."""
+    bound = {dims[n]: sympy.Integer(v) for n, v in values.items()}
+    seen: dict[object, int] = {}
+    out: dict[Hashable, int | None] = {}
+    for b, size in sizes.items():
+        if size is None or type(size) is int:
+            out[b] = size
+            continue
+        if size not in seen:
+            seen[size] = int(size.xreplace(bound))
+        out[b] = seen[size]
+    return out
 
 
 @frozen

@@ -23,6 +23,7 @@ from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.ops import OPS, Operand
 from tensorgraph.planner.aliasing import Aliasing
 from tensorgraph.planner.assign import assign_offsets
+from tensorgraph.planner.buffers import Buffer, align_up, lower_bound
 from tensorgraph.planner.copy_elim import concat_slots
 from tensorgraph.planner.liveness import WorkspaceId, analyze
 from tensorgraph.planner.parametric import (
@@ -31,14 +32,20 @@ from tensorgraph.planner.parametric import (
     aliasing_at,
     cached_canonical,
     evaluate_orientation,
+    evaluate_sizes,
 )
 from tensorgraph.planner.plan import MemoryPlan
 
 CANDIDATES = 3  # interior lengths whose static plans may orient the plan (`candidate_dims`)
-# The offset algorithm of the other candidates' static plans: the one at each dim's max
-# uses the compile's planner; the others only orient, and greedy by size orients as well
-# as `best` on the zoo Llama (benches/bench_symbolic.py) at a fraction of its time.
-CANDIDATE_PLANNER = "greedy_size"
+# The offset algorithm of the other candidates' static plans (the one at each dim's max
+# uses the compile's planner), and its work budget per buffer. Greedy by size oriented
+# the zoo Llama as well as `best`, but left the imported GPT-2 7.3% above its lower bound
+# at every length below 100 (benches/bench_symbolic.py); `best` cut short at 96 units a
+# buffer runs its baselines, more orders and one round of skyline constructions (about 6
+# ms for GPT-2's 65 buffers), enough to reach the lower bound at every length there,
+# where its default budget (over 100,000 units) took 70 ms a candidate for the same arena.
+CANDIDATE_PLANNER = "best"
+CANDIDATE_UNITS = 96
 
 
 def orient(
@@ -183,6 +190,21 @@ def conflicts(lifetimes: Mapping[Hashable, tuple[int, int]]) -> dict[Hashable, l
     return found
 
 
+def _at_bound(
+    oriented: Sequence[Orientation],
+    sizes: Mapping[Hashable, int | None],
+    lifetimes: Mapping[Hashable, tuple[int, int]],
+    alignment: int,
+) -> bool:
+    """True when one of `oriented` already places buffers of `sizes` (bytes; None where a
+    size has no expression, then False) in an arena of the lower bound at `alignment`."""
+    if any(size is None for size in sizes.values()):
+        return False
+    buffers = [Buffer(b, sizes[b], start, end) for b, (start, end) in lifetimes.items()]
+    bound = align_up(lower_bound(buffers, alignment), alignment)
+    return any(evaluate_orientation(o, sizes, alignment).arena_size <= bound for o in oriented)
+
+
 def candidate_dims(dims: Mapping[str, Dim], interior: int = CANDIDATES) -> list[dict[str, int]]:
     """Each dim's max, then its min and `interior` points spread geometrically between
     (every dim at the same fraction of its span on a log scale): lengths at which a
@@ -211,8 +233,10 @@ def parametric_plan(
     """The parametric plan of symbolic `graph` (in `order`) with the alias structure
     `aliasing` (offsets at each dim's max, where `upper`, the static plan of the graph
     at each dim's max, was made with it): oriented by `upper`, and by the static plans
-    (offset algorithm CANDIDATE_PLANNER) at `candidate_dims` that give the smallest arena
-    at one of those dims (the others are dropped; each kept orientation is safe alone).
+    (offset algorithm CANDIDATE_PLANNER, cut at CANDIDATE_UNITS work units a buffer) at
+    `candidate_dims` that give the smallest arena at one of those dims (the others are
+    dropped; each kept orientation is safe alone). A candidate where an orientation taken
+    so far is already at the lower bound plans nothing (no plan there is smaller).
     `at_max` is `graph` specialised at each dim's max, when the caller has it."""
     representative = {name: d.max for name, d in graph.dims.items()}
     rep = graph.specialize(**representative) if at_max is None else at_max
@@ -221,18 +245,27 @@ def parametric_plan(
     pairs = conflicts(lifetimes)
     oriented = [orient(upper.buffers, upper.buffer_offsets, pairs, representative)]
     sized = [{b.id: b.size for b in upper.buffers}]
+    sizes = {}
+    for b in upper.buffers:
+        guard = 0 if isinstance(b.id, WorkspaceId) else b.size - rep.node(b.id).nbytes
+        sizes[b.id] = _size_expression(graph, b.id, guard)
     prepared = {}
     for dims in candidate_dims(graph.dims, candidates)[1:]:
+        known = evaluate_sizes(sizes, graph.dims, dims)
+        if _at_bound(oriented, known, lifetimes, upper.alignment):
+            sized.append(known)  # no plan there can be smaller: orient by it for nothing
+            continue
         at = graph.specialize(**dims)
         alias_at = aliasing_at(at, aliasing, slots)
         live = analyze(at, order, alias_at, params_in_arena=params_in_arena, tail_guard=tail_guard)
-        static = assign_offsets(live.buffers, CANDIDATE_PLANNER, upper.alignment)
+        budget = CANDIDATE_UNITS * len(live.buffers)
+        static = assign_offsets(live.buffers, CANDIDATE_PLANNER, upper.alignment, budget)
         oriented.append(orient(live.buffers, static.offsets, pairs, dims))
         sized.append({b.id: b.size for b in live.buffers})
         prepared[tuple(sorted(dims.items()))] = (at, alias_at, live)
     kept = {0}
-    for sizes in sized:
-        arenas = [evaluate_orientation(o, sizes, upper.alignment).arena_size for o in oriented]
+    for at_sizes in sized:
+        arenas = [evaluate_orientation(o, at_sizes, upper.alignment).arena_size for o in oriented]
         kept.add(arenas.index(min(arenas)))
     plan = assemble_parametric(
         graph,

@@ -22,7 +22,16 @@ The exact cost of an order (`CostModel`) is the lower bound of the plan the comp
 would make for it: the alias analyses run for that order, the one liveness analysis
 gives the buffers, and `lower_bound` is taken at the plan's alignment, with the plan's
 params placement and tail guard. The search budget counts work (nodes analysed), never
-seconds, so an order is reproducible on any machine and under any load. Boundary nodes
+seconds, so an order is reproducible on any machine and under any load. An order costed
+twice (a heuristic that returns the program order, the local search's incumbent) is
+analysed once: the cost model keeps each order's aliasing and liveness, and still
+charges the work, so budgets cut the search exactly where they did without the cache;
+the result carries the chosen order's aliasing for the compiler to reuse.
+
+A symbolic graph is scheduled at a stated representative length, each dim's max (the
+cost model's sizes there): `symbolic_program.compile_symbolic` calls `schedule` on the
+graph specialised there, so the order minimises the peak at the longest call, where
+the arena is largest. Boundary nodes
 (inputs, params, constants) keep their program position relative to each other and go
 first: inputs live from step 0 and params/constants sit
 in the constant segment, so their position never changes a peak.
@@ -34,13 +43,19 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 
-from attrs import define, frozen
+from attrs import define, field, frozen
 
 from tensorgraph.errors import GraphError, PlanError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
-from tensorgraph.planner.aliasing import ANALYSES, analyze_aliasing, inplace_slots, view_of
+from tensorgraph.planner.aliasing import (
+    ANALYSES,
+    Aliasing,
+    analyze_aliasing,
+    inplace_slots,
+    view_of,
+)
 from tensorgraph.planner.buffers import lower_bound
 from tensorgraph.planner.liveness import Liveness, analyze
 
@@ -49,6 +64,9 @@ STRATEGIES = ("program", "greedy", "subtree", "best")
 # costs (a liveness analysis is linear in the nodes). About 1.5 s on a 10k-node graph
 # here; small graphs stop long before it, when no move improves the peak.
 DEFAULT_BUDGET = 2_000_000
+# Orders whose analysis the cost model keeps: the candidates compared in one round of the
+# local search are analysed once each, and only the incumbent is costed again.
+CACHED_ORDERS = 4
 
 
 @frozen
@@ -63,6 +81,9 @@ class ScheduleResult:
     peaks: dict[str, int]
     work: int = 0
     cut_short: bool = False
+    # The aliasing the cost model computed for `order` (`analyze_aliasing` with the
+    # schedule's analyses and alignment): what the compiler would compute again.
+    aliasing: Aliasing | None = None
 
 
 def reorder(graph: Graph, order: Sequence[int]) -> Graph:
@@ -90,7 +111,8 @@ class CostModel:
     """The exact cost of an order: the lower bound of the plan the compiler makes for it
     (alias analyses `analyses` run for that order, one liveness analysis, planned sizes
     at `alignment`, params placement and tail guard as the plan has them). Counts the
-    work it does, in nodes analysed."""
+    work it does, in nodes analysed, a cached order included (see the module docstring),
+    and keeps the last CACHED_ORDERS orders' aliasing, liveness and peak."""
 
     graph: Graph
     analyses: tuple[str, ...] = ANALYSES
@@ -98,20 +120,39 @@ class CostModel:
     params_in_arena: bool = False
     tail_guard: int = 0
     work: int = 0
+    _seen: dict = field(factory=dict, init=False, repr=False)
+
+    def _costed(self, order: Sequence[int]) -> list:
+        """[aliasing, liveness, peak or None] of `order`, analysed on first sight."""
+        self.work += len(order)
+        key = tuple(order)
+        found = self._seen.pop(key, None)
+        if found is None:
+            aliasing = analyze_aliasing(self.graph, key, self.analyses, alignment=self.alignment)
+            live = analyze(
+                self.graph,
+                key,
+                aliasing,
+                params_in_arena=self.params_in_arena,
+                tail_guard=self.tail_guard,
+            )
+            found = [aliasing, live, None]
+        self._seen[key] = found  # most recent last
+        if len(self._seen) > CACHED_ORDERS:
+            del self._seen[next(iter(self._seen))]
+        return found
+
+    def aliasing(self, order: Sequence[int]) -> Aliasing:
+        return self._costed(order)[0]
 
     def liveness(self, order: Sequence[int]) -> Liveness:
-        self.work += len(order)
-        aliasing = analyze_aliasing(self.graph, order, self.analyses, alignment=self.alignment)
-        return analyze(
-            self.graph,
-            order,
-            aliasing,
-            params_in_arena=self.params_in_arena,
-            tail_guard=self.tail_guard,
-        )
+        return self._costed(order)[1]
 
     def peak(self, order: Sequence[int]) -> int:
-        return lower_bound(self.liveness(order).buffers, self.alignment)
+        found = self._costed(order)
+        if found[2] is None:
+            found[2] = lower_bound(found[1].buffers, self.alignment)
+        return found[2]
 
 
 def peak_of(graph: Graph, alignment: int = 64, analyses: Sequence[str] = ANALYSES) -> int:
@@ -336,11 +377,28 @@ def schedule(
     }
     peaks = {"program": program_peak}
     if strategy == "program":
-        return ScheduleResult(program, "program", program_peak, program_peak, peaks, cost.work)
+        return ScheduleResult(
+            program,
+            "program",
+            program_peak,
+            program_peak,
+            peaks,
+            cost.work,
+            aliasing=cost.aliasing(program),
+        )
     if strategy in builders:
         order = builders[strategy](graph, cost.analyses)
         peaks[strategy] = cost.peak(order)
-        return ScheduleResult(order, strategy, peaks[strategy], program_peak, peaks, cost.work)
+        work = cost.work
+        return ScheduleResult(
+            order,
+            strategy,
+            peaks[strategy],
+            program_peak,
+            peaks,
+            work,
+            aliasing=cost.aliasing(order),
+        )
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     best_order, best_name, best_peak = program, "program", program_peak
     for name, build in builders.items():
@@ -365,6 +423,14 @@ def schedule(
         if cut_short:
             break
     peaks["best"] = best_peak
+    work = cost.work
     return ScheduleResult(
-        best_order, best_name, best_peak, program_peak, peaks, cost.work, cut_short
+        best_order,
+        best_name,
+        best_peak,
+        program_peak,
+        peaks,
+        work,
+        cut_short,
+        cost.aliasing(best_order),
     )

@@ -6,7 +6,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorgraph as tg
-from tensorgraph.planner.schedule import STRATEGIES, is_topological, peak_of, reorder, schedule
+from tensorgraph.planner.aliasing import analyze_aliasing
+from tensorgraph.planner.schedule import (
+    STRATEGIES,
+    CostModel,
+    is_topological,
+    peak_of,
+    reorder,
+    schedule,
+)
 from tests.passes.test_pipeline_properties import assert_same
 from tests.strategies import chains, feeds, graphs
 
@@ -77,3 +85,21 @@ def test_best_schedules_a_10k_node_graph() -> None:
     assert is_topological(g, result.order)
     assert result.peak <= result.program_peak
     print(f"best schedule of {len(g)} nodes in {elapsed:.2f} s")  # timed in benches/
+
+
+@settings(max_examples=40)
+@given(st.one_of(graphs(), chains()), st.sampled_from(STRATEGIES))
+def test_the_chosen_orders_aliasing_is_what_the_alias_analysis_gives_for_it(
+    graph, strategy
+) -> None:
+    """The cost model caches each order's analysis and the compiler reuses the chosen
+    order's: it must be the aliasing `analyze_aliasing` computes afresh on the reordered
+    graph, and the work counted must be what costing each order afresh counts."""
+    result = schedule(graph, strategy)
+    ordered = reorder(graph, result.order)
+    assert result.aliasing == analyze_aliasing(ordered, result.order, alignment=64)
+    fresh = CostModel(graph)
+    for order in (result.order, result.order):
+        fresh.peak(order)
+    assert fresh.work == 2 * len(graph)
+    assert fresh.peak(result.order) == peak_of(ordered)
