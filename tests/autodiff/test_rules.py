@@ -106,6 +106,10 @@ case("min", "keepdims", lambda x: x.min((0, 2), keepdims=True), _u(2, 5, 3))
 case("softmax", "axis0", lambda x: tg.softmax(x, 0), _u(3, 4))
 case("log_softmax", "last", tg.log_softmax, _u(3, 4))
 case("cumsum", "axis1", lambda x: tg.cumsum(x, 1), _u(2, 5))
+_with_zero = _u(2, 5)
+_with_zero[1, 2] = 0.0
+case("cumprod", "axis1-with-a-zero", lambda x: tg.cumprod(x, 1), _with_zero)
+case("cumprod", "axis0", lambda x: tg.cumprod(x, 0), _u(4, 3))
 case("reshape", "x", lambda x: x.reshape(4, 3), _u(3, 4))
 case("transpose", "perm", lambda x: tg.transpose(x, (2, 0, 1)), _u(2, 3, 4))
 case("broadcast_to", "x", lambda x: tg.broadcast_to(x, (2, 3, 4)), _u(3, 1))
@@ -148,6 +152,35 @@ case(
     _u(2, 3, 2, 4),
     _u(3, 4, 5),
     np.array([[2, 0, 2], [1, 1, 0]], np.int32),
+)
+_packed = [np.array(p) for p in mx.quantize(mx.array(_u(3, 64)), group_size=32, bits=4)]
+_stack = [np.array(p) for p in mx.quantize(mx.array(_u(2, 3, 32)), group_size=32, bits=4)]
+case(
+    "quantized_matmul",
+    "transposed",
+    lambda x, w, s, b: tg.quantized_matmul(x, w, s, b, group_size=32, bits=4),
+    _u(2, 64),
+    *_packed,
+)
+case(
+    "quantized_matmul",
+    "plain-batched-x",
+    lambda x, w, s, b: tg.quantized_matmul(x, w, s, b, False, group_size=32, bits=4),
+    _u(2, 2, 3),
+    *_packed,
+)
+case(
+    "quantized_matmul",
+    "stacked-broadcast",
+    lambda x, w, s, b: tg.quantized_matmul(x, w, s, b, group_size=32, bits=4),
+    _u(1, 4, 32),
+    *_stack,
+)
+case(
+    "dequantize",
+    "scales-biases",
+    lambda w, s, b: tg.dequantize(w, s, b, group_size=32, bits=4),
+    *_packed,
 )
 case("scatter_add", "x", lambda t, u, i: scatter_add(t, u, i, 0), _u(3, 4), _u(2, 3), _picks)
 
