@@ -25,7 +25,7 @@ from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import register_vjp
 from tensorgraph.ir.scatter import scatter_add
 from tensorgraph.ir.tensor import Tensor, emit
-from tensorgraph.ir.vjp_support import unbroadcast, zeros
+from tensorgraph.ir.vjp_support import extent_operand, unbroadcast, zeros
 
 
 def _reshape(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
@@ -117,7 +117,7 @@ def _take(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
     count = indices.size
     rows = fn.reshape(g, (*x.shape[:axis], count, *x.shape[axis + 1 :]))
     flat = fn.reshape(indices, (count,))
-    flat = fn.where(fn.less(flat, 0), flat + size, flat)
+    flat = fn.where(fn.less(flat, 0), flat + extent_operand(flat, size), flat)
     placed = [1] * x.ndim
     placed[axis] = count
     spread = fn.broadcast_to(fn.reshape(flat, placed), rows.shape)
