@@ -419,3 +419,22 @@ def test_relu_has_zero_derivative_at_zero() -> None:
         {"x": np.array([-1, 0, 2], np.float32)}, backend="numpy"
     )
     np.testing.assert_array_equal(out[1], np.array([0, 0, 1], np.float32))
+
+
+# The ops with no rule, each for its reason: outputs that are bool or integer
+# (comparisons, predicates, logic, bits, arg-reductions, argsort), generators with no
+# operand, and run-time quantization (integer codes; its scales are a piecewise function
+# of each group's extremes, and MLX gives mx.quantize no gradient either).
+NOT_DIFFERENTIABLE = {
+    *("eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "any", "all"),
+    *("logical_and", "logical_or", "logical_xor", "logical_not"),
+    *("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"),
+    *("argmax", "argmin", "argsort", "arange", "full", "quantize"),
+}
+
+
+def test_every_differentiable_op_has_a_rule() -> None:
+    """The registry scan of issue 27: every op that is no boundary has a rule unless it
+    is one of NOT_DIFFERENTIABLE; a new op must take a side."""
+    missing = {op for op, d in OPS.items() if d.vjp is None and not d.boundary}
+    assert missing == NOT_DIFFERENTIABLE
