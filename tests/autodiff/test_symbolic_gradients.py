@@ -6,6 +6,8 @@ finite differences by test_value_and_grad's property, so equality carries that o
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -42,7 +44,7 @@ def check_gradients_at_lengths(graph: tg.Graph, lengths: list[int]) -> None:
                 np.testing.assert_array_equal(ours, theirs, err_msg=f"{backend} at {length}")
 
 
-@settings(max_examples=12)
+@settings(max_examples=6)
 @given(
     graph=symbolic_differentiable_graphs(),
     lengths=st.lists(st.integers(2, 6), min_size=2, max_size=3, unique=True),
@@ -83,14 +85,20 @@ def tiny_transformer_loss(seq: object) -> tg.Graph:
     return g
 
 
-LENGTHS = [3, 7, 3, 12, 1, 7]
+LENGTHS = [3, 7, 1, 3, 7]
 
 
-def train_symbolic(backend: str) -> tuple[list[np.ndarray], object]:
+@functools.cache
+def symbolic_step() -> tg.Program:
     seq = tg.Dim("seq", min=1, max=12)
     step = tg.train_step(tiny_transformer_loss(seq), optimizer=tg.optim.AdamW(learning_rate=0.01))
     program = tg.compile(step)
     assert type(program.plan).__name__ == "ParametricPlan"
+    return program
+
+
+def train_symbolic(backend: str) -> tuple[list[np.ndarray], object]:
+    program = symbolic_step()
     state = program.new_state(backend)
     losses = [program.run(batch(n), backend=backend, state=state)[0] for n in LENGTHS]
     return [np.asarray(loss) for loss in losses], state
