@@ -38,7 +38,9 @@ def _quantized_matmul(node: tg.ir.Node, args: list[np.ndarray]) -> np.ndarray:
     x, w, scales, *biases = args
     spec = quant_kernels.spec_of(node)
     wide = None if not biases else biases[0].astype(np.float64)
-    weight = quant_kernels.dequantize(w, scales.astype(np.float64), wide, spec, np.float64)
+    if scales.dtype.kind == "f":  # affine: float scales; the floating modes' are bytes
+        scales = scales.astype(np.float64)
+    weight = quant_kernels.dequantize(w, scales, wide, spec, np.float64)
     if node.attr("transpose"):
         weight = np.swapaxes(weight, -1, -2)
     return np.matmul(x.astype(np.float64), weight)
@@ -83,7 +85,7 @@ def evaluate(
             value = constant_value(node)
         elif node.op == "gather_mm":
             value = _gather_mm(*(values[i] for i in node.inputs))
-        elif node.op == "quantized_matmul" and node.attr("mode") == "affine":
+        elif node.op == "quantized_matmul":
             value = _quantized_matmul(node, [values[i] for i in node.inputs])
         elif node.op in _COMPARE:
             value = _COMPARE[node.op](*(values[i] for i in node.inputs))

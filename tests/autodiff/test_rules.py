@@ -176,6 +176,14 @@ case(
     _u(1, 4, 32),
     *_stack,
 )
+_fp4 = [np.array(p) for p in mx.quantize(mx.array(_u(3, 64)), group_size=32, bits=4, mode="mxfp4")]
+case(
+    "quantized_matmul",
+    "mxfp4",
+    lambda x, w, s: tg.quantized_matmul(x, w, s, group_size=32, bits=4, mode="mxfp4"),
+    _u(2, 64),
+    *_fp4,
+)
 case(
     "dequantize",
     "scales-biases",
