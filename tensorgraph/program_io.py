@@ -5,8 +5,9 @@
 - `m.tgp`, a zip archive (Python's zipfile: every member carries a CRC-32, so a flipped
   byte is caught) holding `program.json`: the format number, the graph (structure and
   constants, as `Graph.to_json` writes it, without bound weights), the order, the
-  aliasing, the compile options, the statistics, and the plan's buffer offsets, arena
-  size and state layout; a multi-entry program stores one such record per entry under
+  aliasing, the compile options, the statistics, the plan's buffer offsets, arena
+  size and state layout, and the rematerialisation report (`prog.remat`) when compiled
+  under a memory budget; a multi-entry program stores one such record per entry under
   `entries`, plus the shared state layout. Each record lists its bound params by name
   and the tensor of the weights file that holds each;
 - `m.safetensors`, the bound weights as a safetensors file (`weights_io`), the format
@@ -137,6 +138,7 @@ def _record(
         "plan": record,
         "params": params,
         "states": states,
+        "remat": None if program.remat is None else program.remat.to_dict(),
     }
 
 
@@ -382,6 +384,7 @@ def _program(where: Path, weight: object, document: dict) -> object:
     from tensorgraph.compiler import Program
     from tensorgraph.planner.aliasing import Aliasing
     from tensorgraph.planner.check import verify_plan
+    from tensorgraph.remat import RematReport
 
     graph = Graph.from_json(json.dumps(document["graph"]))
     values = {str(e["name"]): weight(e) for e in document["params"]}
@@ -403,12 +406,15 @@ def _program(where: Path, weight: object, document: dict) -> object:
             f"{where}: plan.alignment {alignment} differs from the options' alignment "
             f"{options.alignment}"
         )
+    # Files written before the report was stored have no "remat": None, as unbudgeted.
+    raw_remat = document.get("remat")
+    remat = None if raw_remat is None else RematReport.from_dict(raw_remat)
     if graph.dims:
         plan = _parametric(where, graph, order, aliasing, options, saved)
-        return Program(graph, order, aliasing, plan, options, stats, graph)
+        return Program(graph, order, aliasing, plan, options, stats, graph, remat)
     plan = _static_plan(where, graph, order, aliasing, options, saved)
     verify_plan(graph, plan, aliasing)
-    return Program(graph, order, aliasing, plan, options, stats, graph)
+    return Program(graph, order, aliasing, plan, options, stats, graph, remat)
 
 
 def _static_plan(

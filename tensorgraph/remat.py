@@ -59,6 +59,55 @@ class RematReport:
     keep_all_arena: int
     solve_seconds: float
 
+    def to_dict(self) -> dict[str, object]:
+        """The report as JSON values (what `prog.save` stores; `from_dict` inverts it)."""
+        return {
+            "budget": self.budget,
+            "method": self.method,
+            "recompute_flops": self.recompute_flops,
+            "recomputed": list(self.recomputed),
+            "kept": list(self.kept),
+            "gap": self.gap,
+            "arena": self.arena,
+            "keep_all_arena": self.keep_all_arena,
+            "solve_seconds": self.solve_seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: object) -> RematReport:
+        """The report `to_dict` gave; PlanError naming the field of a wrong type or value
+        (the loader reports it as a LoadError naming the file)."""
+        if not isinstance(raw, dict) or set(raw) != set(_FIELDS):
+            raise PlanError(f"a remat report needs exactly the fields {_FIELDS}, got {raw!r:.80}")
+        for name, kind in _FIELDS.items():
+            value = raw[name]
+            ok = {
+                "int": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                "str": isinstance(value, str) and value in METHODS,
+                "ids": isinstance(value, list)
+                and all(isinstance(i, int) and not isinstance(i, bool) for i in value),
+                "gap": value is None
+                or (isinstance(value, int | float) and not isinstance(value, bool) and value >= 0),
+                "seconds": isinstance(value, int | float) and not isinstance(value, bool),
+            }[kind]
+            if not ok:
+                raise PlanError(f"remat report field {name!r} is not a valid {kind}: {value!r:.60}")
+        return cls(**{**raw, "recomputed": tuple(raw["recomputed"]), "kept": tuple(raw["kept"])})
+
+
+METHODS = ("keep-all", "milp", "greedy", "checkpoint-layers", "recompute-all")
+_FIELDS = {
+    "budget": "int",
+    "method": "str",
+    "recompute_flops": "int",
+    "recomputed": "ids",
+    "kept": "ids",
+    "gap": "gap",
+    "arena": "int",
+    "keep_all_arena": "int",
+    "solve_seconds": "seconds",
+}
+
 
 def check_budget(budget: object) -> None:
     """PlanError unless `budget` is a positive int (bytes)."""

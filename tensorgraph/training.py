@@ -50,10 +50,13 @@ def train_step(
 ) -> Graph:
     """The training step of `graph` (its single output a float scalar loss) for
     `optimizer`, training the params `wrt` (None: every param, in graph order): see the
-    module docstring. The gradients come from `tg.value_and_grad`."""
+    module docstring. The gradients come from `tg.value_and_grad`; None trains what it
+    differentiates by default (the float params but a quantized weight's frozen parts)."""
     from tensorgraph import value_and_grad
+    from tensorgraph.autodiff.reverse import trainable_params
 
-    return train_step_from_gradients(value_and_grad(graph, wrt=wrt), optimizer, wrt)
+    names = trainable_params(graph) if wrt is None else wrt
+    return train_step_from_gradients(value_and_grad(graph, wrt=names), optimizer, names)
 
 
 def train_step_from_gradients(

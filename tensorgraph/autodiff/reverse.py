@@ -41,12 +41,14 @@ def value_and_grad(graph: Graph, wrt: Sequence[str] | str | None = None) -> Grap
     `graph` must have exactly one output, a float scalar (shape ()), and no state
     updates; `wrt` names float inputs or params of `graph` (a single name, a sequence,
     or None for every float param in graph order: an integer or bool param, such as a
-    folded mask, is a constant of the model, not a weight). The result takes the same
+    folded mask, is a constant of the model, not a weight, and the codes, scales and
+    biases of a quantized weight are frozen). The result takes the same
     feeds, has the same params and bound values, and each gradient has its value's
     shape and dtype.
     GraphError naming the culprit for a loss that is not a float scalar, a `wrt` that
-    names nothing, an unknown or non-float name, and a gradient that would flow through
-    an op with no vector-Jacobian rule (naming that node and its op)."""
+    names nothing, an unknown or non-float name, a part of a quantized weight, and a
+    gradient that would flow through an op with no vector-Jacobian rule (naming that node
+    and its op)."""
     loss = _loss(graph)
     targets = _targets(graph, wrt)
     active = _active(graph, {node.id for node in targets})
@@ -84,12 +86,45 @@ def _loss(graph: Graph) -> Node:
     return loss
 
 
+# Ops that read a quantized weight (packed codes, scales[, biases]) after operand `k`.
+_QUANTIZED_READERS = {"dequantize": 0, "quantized_matmul": 1}
+# Ops through which a quantized weight's parts are read unchanged in kind (the rows of
+# `quantized_take`, a view): their first operand is the part.
+_PART_VIEWS = ("take", "reshape", "narrow", "transpose", "broadcast_to")
+
+
+def _frozen(graph: Graph) -> set[int]:
+    """Ids of the params that are parts of a quantized weight: read as the codes, scales
+    or biases of a quantized op, directly or through a row take or a view."""
+    parts: set[int] = set()
+    for node in graph.nodes:
+        start = _QUANTIZED_READERS.get(node.op)
+        if start is None:
+            continue
+        for source in node.inputs[start:]:
+            part = graph.node(source)
+            while part.op in _PART_VIEWS:
+                part = graph.node(part.inputs[0])
+            if part.op == "param":
+                parts.add(part.id)
+    return parts
+
+
+def trainable_params(graph: Graph) -> list[str]:
+    """The names `wrt=None` differentiates: every float param in graph order but the
+    parts of a quantized weight (frozen)."""
+    frozen = _frozen(graph)
+    return [n.name for n in graph.params if n.dtype.is_float and n.id not in frozen]
+
+
 def _targets(graph: Graph, wrt: Sequence[str] | str | None) -> list[Node]:
+    """The wrt nodes. A quantized weight's params are frozen (QLoRA trains float params
+    on top of a quantized base): skipped by default, a GraphError when named."""
     by_name = {n.name: n for n in graph.nodes if n.op in ("input", "param")}
-    if wrt is None:
-        names = [n.name for n in graph.params if n.dtype.is_float]
-    else:
-        names = [wrt] if isinstance(wrt, str) else list(wrt)
+    frozen = _frozen(graph)
+    if isinstance(wrt, str):
+        wrt = [wrt]
+    names = trainable_params(graph) if wrt is None else list(wrt)
     if not names:
         what = "graph has no float params" if wrt is None else "wrt is empty"
         raise GraphError(
@@ -102,6 +137,12 @@ def _targets(graph: Graph, wrt: Sequence[str] | str | None) -> list[Node]:
             raise GraphError(
                 f"value_and_grad: wrt names {name!r}, which is no input or param of graph "
                 f"{graph.name!r} (it has {sorted(by_name)})"
+            )
+        if node.id in frozen:
+            raise GraphError(
+                f"value_and_grad: wrt names {describe(node)}, a part of a quantized weight, "
+                "which is frozen (its codes are integers); differentiate float params "
+                "instead, such as a LoRA adapter on top of it"
             )
         if not node.dtype.is_float:
             raise GraphError(

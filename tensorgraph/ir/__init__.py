@@ -28,6 +28,7 @@ from tensorgraph.ir import (
     vjp_fused,
     vjp_layout,
     vjp_products,
+    vjp_quantized,
     vjp_reductions,
     vjp_windows,
 )

@@ -26,11 +26,12 @@ import ml_dtypes
 import numpy as np
 
 from tensorgraph.ir import functions as fn
+from tensorgraph.ir.dims import canonical
 from tensorgraph.ir.fused import rope
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import register_vjp
 from tensorgraph.ir.tensor import Tensor, emit
-from tensorgraph.ir.vjp_support import unbroadcast
+from tensorgraph.ir.vjp_support import extent_operand, positions, unbroadcast
 
 
 def _affine(node: Node, inputs: Sequence[Tensor]) -> tuple[Tensor | None, Tensor | None]:
@@ -131,8 +132,10 @@ def _probabilities(node: Node, inputs: Sequence[Tensor], q: Tensor, k: Tensor) -
         return scores
     keep = None
     if node.attr("causal"):
-        rows, cols = np.arange(length)[:, None], np.arange(keys)[None, :]
-        keep = q.graph.constant(cols <= rows + keys - length)
+        # key j is visible from query i when j <= i + keys - length (lengths may be Dims)
+        rows = fn.reshape(positions(q, length), (length, 1))
+        cols = fn.reshape(positions(q, keys), (1, keys))
+        keep = fn.less_equal(cols, rows + extent_operand(rows, canonical(keys - length)))
     elif len(inputs) == 4 and inputs[3].dtype.kind == "bool":
         keep = inputs[3]
     elif len(inputs) == 4:

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from tensorgraph.ir import functions as fn
 from tensorgraph.ir.conv import pad
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import register_vjp
 from tensorgraph.ir.scatter import scatter_add
 from tensorgraph.ir.tensor import Tensor, emit
-from tensorgraph.ir.vjp_support import unbroadcast, zeros
+from tensorgraph.ir.vjp_support import extent_operand, unbroadcast, zeros
 
 
 def _reshape(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
@@ -59,14 +57,18 @@ def _concat(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> lis
     return result
 
 
-def _sources(size: int, lo: int, hi: int, mode: str) -> np.ndarray:
-    """The source position of each padded position along an axis (torch's reflect: the
+def _sources(like: Tensor, size: object, lo: int, hi: int, mode: str) -> Tensor:
+    """The source position of each padded position along an axis of extent `size` (an
+    int or an expression of Dims), as int32 computed from an arange (torch's reflect: the
     edge not repeated; replicate: the edge repeated)."""
-    positions = np.arange(-lo, size + hi)
+    positions = emit(
+        "arange", [], graph=like.graph, start=-lo, stop=size + hi, step=1, dtype="int32"
+    )
+    last = extent_operand(positions, size) - 1
     if mode == "replicate":
-        return np.clip(positions, 0, size - 1)
-    positions = np.abs(positions)
-    return np.where(positions >= size, 2 * (size - 1) - positions, positions)
+        return fn.minimum(fn.maximum(positions, 0), last)
+    positions = fn.abs(positions)
+    return fn.where(fn.greater(positions, last), 2 * last - positions, positions)
 
 
 def _pad(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
@@ -80,10 +82,10 @@ def _pad(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
         lo, hi = pads[2 * axis], pads[2 * axis + 1]
         if lo == hi == 0:
             continue
-        sources = _sources(x.shape[axis], lo, hi, node.attr("mode")).astype(np.int32)
+        sources = _sources(x, x.shape[axis], lo, hi, node.attr("mode"))
         placed = [1] * g.ndim
-        placed[axis] = sources.size
-        index = fn.broadcast_to(x.graph.constant(sources.reshape(placed)), g.shape)
+        placed[axis] = sources.shape[0]
+        index = fn.broadcast_to(fn.reshape(sources, placed), g.shape)
         shape = (*g.shape[:axis], x.shape[axis], *g.shape[axis + 1 :])
         g = scatter_add(zeros(g, shape), g, index, axis)
     return [g]
@@ -117,7 +119,7 @@ def _take(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
     count = indices.size
     rows = fn.reshape(g, (*x.shape[:axis], count, *x.shape[axis + 1 :]))
     flat = fn.reshape(indices, (count,))
-    flat = fn.where(fn.less(flat, 0), flat + size, flat)
+    flat = fn.where(fn.less(flat, 0), flat + extent_operand(flat, size), flat)
     placed = [1] * x.ndim
     placed[axis] = count
     spread = fn.broadcast_to(fn.reshape(flat, placed), rows.shape)

@@ -3,7 +3,8 @@ registered on the ops in `OPS` on import.
 
 - matmul (NumPy's: 1-D operands promoted, batch dims broadcast): ga = g @ b^T and
   gb = a^T @ g, summed back over the batch dims each operand was broadcast along;
-- sum / mean: the cotangent broadcast back over the reduced axes (divided by the count);
+- sum / mean: the cotangent broadcast back over the reduced axes (divided by the count,
+  a run-time value when the axes hold a `tg.Dim`);
 - max / min: MLX's convention, the cotangent split evenly among the elements equal to the
   result (a tie of k elements gives each 1/k);
 - softmax: out * (g - sum(g * out)); log_softmax: g - exp(out) * sum(g), over the axis;
@@ -12,13 +13,15 @@ registered on the ops in `OPS` on import.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from tensorgraph.ir import functions as fn
+from tensorgraph.ir.dims import canonical, is_static
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import register_vjp
 from tensorgraph.ir.tensor import Tensor
-from tensorgraph.ir.vjp_support import cast_to, kept, unbroadcast
+from tensorgraph.ir.vjp_support import cast_to, extent_operand, kept, unbroadcast
 
 
 def _swap(x: Tensor) -> Tensor:
@@ -60,10 +63,10 @@ def _mean(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
     (x,) = inputs
     if not x.dtype.is_float:
         return [None]
-    count = 1
-    for axis in node.attr("axes"):
-        count *= x.shape[axis]
-    return [_spread(node, x, g) * (1.0 / count) if count else _spread(node, x, g)]
+    count = canonical(math.prod(x.shape[axis] for axis in node.attr("axes")))
+    if is_static(count) and count == 0:
+        return [_spread(node, x, g)]
+    return [_spread(node, x, g) / extent_operand(g, count)]
 
 
 def _extremum(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensorgraph.ir import functions as fn
+from tensorgraph.ir.dims import is_static
 from tensorgraph.ir.dtypes import DType
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.shapes import Shape
@@ -38,6 +39,26 @@ def unbroadcast(cotangent: Tensor, shape: Shape) -> Tensor:
     )
     summed = fn.sum(cotangent, axes, keepdims=False) if axes else cotangent
     return summed if summed.shape == shape else fn.reshape(summed, shape)
+
+
+def extent_operand(like: Tensor, extent: object, dtype: DType | None = None) -> object:
+    """`extent` (an int, or an expression of `tg.Dim`s) as an operand of arithmetic with
+    `like`: the int itself when static, else a 0-d tensor of `dtype` (like's unless
+    given) holding its value at run time (an `arange(extent, extent + 1)`). The two give
+    the same value in the same dtype, so a rule using it computes bit for bit alike on a
+    symbolic graph and on the static graph at any length."""
+    if is_static(extent):
+        return int(extent)
+    dtype = like.dtype if dtype is None else dtype
+    value = emit(
+        "arange", [], graph=like.graph, start=extent, stop=extent + 1, step=1, dtype=dtype.name
+    )
+    return fn.reshape(value, ())
+
+
+def positions(like: Tensor, count: object, dtype: str = "int32") -> Tensor:
+    """arange(count) in `like`'s graph (count an int or an expression of Dims)."""
+    return emit("arange", [], graph=like.graph, start=0, stop=count, step=1, dtype=dtype)
 
 
 def kept(shape: Shape, axes: Sequence[int]) -> Shape:

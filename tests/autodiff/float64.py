@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 import tensorgraph as tg
+from tensorgraph.runtime import quant_kernels
 from tensorgraph.runtime.kernels import KERNELS, constant_value
 
 # Comparisons promote their operands' own dtypes, which float64 is not one of: NumPy's.
@@ -29,6 +30,20 @@ def _gather_mm(a: np.ndarray, b: np.ndarray, indices: np.ndarray) -> np.ndarray:
     rows = a.reshape(-1, *a.shape[-2:])
     out = np.stack([rows[i] @ b[e] for i, e in enumerate(indices.reshape(-1))])
     return out.reshape(*a.shape[:-1], b.shape[-1])
+
+
+def _quantized_matmul(node: tg.ir.Node, args: list[np.ndarray]) -> np.ndarray:
+    """x @ W.T (or x @ W) in float64, W dequantized in float64 (the oracle's kernel
+    computes in float32)."""
+    x, w, scales, *biases = args
+    spec = quant_kernels.spec_of(node)
+    wide = None if not biases else biases[0].astype(np.float64)
+    if scales.dtype.kind == "f":  # affine: float scales; the floating modes' are bytes
+        scales = scales.astype(np.float64)
+    weight = quant_kernels.dequantize(w, scales, wide, spec, np.float64)
+    if node.attr("transpose"):
+        weight = np.swapaxes(weight, -1, -2)
+    return np.matmul(x.astype(np.float64), weight)
 
 
 class _Float64:
@@ -70,6 +85,8 @@ def evaluate(
             value = constant_value(node)
         elif node.op == "gather_mm":
             value = _gather_mm(*(values[i] for i in node.inputs))
+        elif node.op == "quantized_matmul":
+            value = _quantized_matmul(node, [values[i] for i in node.inputs])
         elif node.op in _COMPARE:
             value = _COMPARE[node.op](*(values[i] for i in node.inputs))
         else:

@@ -1,7 +1,7 @@
 """Random differentiable graphs for the autodiff properties: smooth float ops only
 (no kinks where a finite difference would straddle one: relu, abs, maximum and max have
 their own unit tests at points away from their kinks), broadcasting binaries, matmul,
-reductions, softmax and log_softmax, cumsum, layout ops (views, transposes, narrows,
+reductions, softmax and log_softmax, cumsum and cumprod, layout ops (views, transposes, narrows,
 concatenations, pads, slice updates) and gathers by constant indices, summed into a
 scalar loss with fixed weights. Values stay bounded: every producer of large values is
 squashed, divisors are at least 1."""
@@ -78,9 +78,11 @@ def _reduce(draw: st.DrawFn, live: list[tg.Tensor]) -> tg.Tensor:
     x = _pick(draw, live)
     axis = draw(st.integers(-x.ndim, x.ndim - 1))
     keepdims = draw(st.booleans())
-    kind = draw(st.integers(0, 4))
+    kind = draw(st.integers(0, 5))
     if kind == 0:
         return tg.tanh(x.sum(axis, keepdims))
+    if kind == 5:
+        return tg.cumprod(tg.tanh(x) + 0.5, axis)
     if kind == 1:
         return x.mean(axis, keepdims)
     if kind == 2:

@@ -106,6 +106,10 @@ case("min", "keepdims", lambda x: x.min((0, 2), keepdims=True), _u(2, 5, 3))
 case("softmax", "axis0", lambda x: tg.softmax(x, 0), _u(3, 4))
 case("log_softmax", "last", tg.log_softmax, _u(3, 4))
 case("cumsum", "axis1", lambda x: tg.cumsum(x, 1), _u(2, 5))
+_with_zero = _u(2, 5)
+_with_zero[1, 2] = 0.0
+case("cumprod", "axis1-with-a-zero", lambda x: tg.cumprod(x, 1), _with_zero)
+case("cumprod", "axis0", lambda x: tg.cumprod(x, 0), _u(4, 3))
 case("reshape", "x", lambda x: x.reshape(4, 3), _u(3, 4))
 case("transpose", "perm", lambda x: tg.transpose(x, (2, 0, 1)), _u(2, 3, 4))
 case("broadcast_to", "x", lambda x: tg.broadcast_to(x, (2, 3, 4)), _u(3, 1))
@@ -148,6 +152,43 @@ case(
     _u(2, 3, 2, 4),
     _u(3, 4, 5),
     np.array([[2, 0, 2], [1, 1, 0]], np.int32),
+)
+_packed = [np.array(p) for p in mx.quantize(mx.array(_u(3, 64)), group_size=32, bits=4)]
+_stack = [np.array(p) for p in mx.quantize(mx.array(_u(2, 3, 32)), group_size=32, bits=4)]
+case(
+    "quantized_matmul",
+    "transposed",
+    lambda x, w, s, b: tg.quantized_matmul(x, w, s, b, group_size=32, bits=4),
+    _u(2, 64),
+    *_packed,
+)
+case(
+    "quantized_matmul",
+    "plain-batched-x",
+    lambda x, w, s, b: tg.quantized_matmul(x, w, s, b, False, group_size=32, bits=4),
+    _u(2, 2, 3),
+    *_packed,
+)
+case(
+    "quantized_matmul",
+    "stacked-broadcast",
+    lambda x, w, s, b: tg.quantized_matmul(x, w, s, b, group_size=32, bits=4),
+    _u(1, 4, 32),
+    *_stack,
+)
+_fp4 = [np.array(p) for p in mx.quantize(mx.array(_u(3, 64)), group_size=32, bits=4, mode="mxfp4")]
+case(
+    "quantized_matmul",
+    "mxfp4",
+    lambda x, w, s: tg.quantized_matmul(x, w, s, group_size=32, bits=4, mode="mxfp4"),
+    _u(2, 64),
+    *_fp4,
+)
+case(
+    "dequantize",
+    "scales-biases",
+    lambda w, s, b: tg.dequantize(w, s, b, group_size=32, bits=4),
+    *_packed,
 )
 case("scatter_add", "x", lambda t, u, i: scatter_add(t, u, i, 0), _u(3, 4), _u(2, 3), _picks)
 
@@ -386,3 +427,22 @@ def test_relu_has_zero_derivative_at_zero() -> None:
         {"x": np.array([-1, 0, 2], np.float32)}, backend="numpy"
     )
     np.testing.assert_array_equal(out[1], np.array([0, 0, 1], np.float32))
+
+
+# The ops with no rule, each for its reason: outputs that are bool or integer
+# (comparisons, predicates, logic, bits, arg-reductions, argsort), generators with no
+# operand, and run-time quantization (integer codes; its scales are a piecewise function
+# of each group's extremes, and MLX gives mx.quantize no gradient either).
+NOT_DIFFERENTIABLE = {
+    *("eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "any", "all"),
+    *("logical_and", "logical_or", "logical_xor", "logical_not"),
+    *("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"),
+    *("argmax", "argmin", "argsort", "arange", "full", "quantize"),
+}
+
+
+def test_every_differentiable_op_has_a_rule() -> None:
+    """The registry scan of issue 27: every op that is no boundary has a rule unless it
+    is one of NOT_DIFFERENTIABLE; a new op must take a side."""
+    missing = {op for op, d in OPS.items() if d.vjp is None and not d.boundary}
+    assert missing == NOT_DIFFERENTIABLE

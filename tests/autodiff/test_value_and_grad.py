@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import tensorgraph as tg
 from tensorgraph.errors import GraphError
+from tensorgraph.ir.quantized import quantize_rows
 from tensorgraph.ir.tensor import Tensor
 from tests.autodiff.float64 import central_differences, evaluate
 from tests.autodiff.strategies import differentiable_graphs
@@ -274,18 +275,21 @@ def test_a_state_update_is_a_graph_error() -> None:
 
 
 def test_a_gradient_through_an_op_without_a_rule_names_the_node() -> None:
-    """cumprod has no rule: a gradient that would flow through it is refused, naming the
-    node and its op; the same op off the gradient's path is fine."""
-    g = tg.Graph("products")
-    x = g.input("x", (4,), tg.float32)
-    w = g.param("w", (4,), tg.float32)
-    g.output(tg.sum(tg.cumprod(x * w, 0) * w))
-    with pytest.raises(GraphError, match=r"%\d+ cumprod has no gradient rule.*'w'"):
+    """Run-time quantization has no rule (its codes are integers, its scales a
+    piecewise function of the group's extremes): a gradient that would flow through it
+    is refused, naming the node and its op; the same op off the gradient's path is fine."""
+    g = tg.Graph("quantized")
+    x = g.input("x", (2, 32), tg.float32)
+    w = g.param("w", (2, 32), tg.float32)
+    _, scales, _ = quantize_rows(x * w, group_size=32)
+    g.output(tg.sum(scales))
+    with pytest.raises(GraphError, match=r"%\d+ quantize has no gradient rule.*'w'"):
         tg.value_and_grad(g, "w")
-    h = tg.Graph("products_of_inputs")
-    x = h.input("x", (4,), tg.float32)
-    w = h.param("w", (4,), tg.float32)
-    h.output(tg.sum(tg.cumprod(x, 0) * w))
+    h = tg.Graph("quantized_inputs")
+    x = h.input("x", (2, 32), tg.float32)
+    w = h.param("w", (2, 1), tg.float32)
+    _, scales, _ = quantize_rows(x, group_size=32)
+    h.output(tg.sum(scales * w))
     tg.value_and_grad(h, "w")
 
 
