@@ -11,13 +11,15 @@ A guard is checked in four tiers, cheapest first:
 2. At run start, from compile-time values: indices or exponents that are a `constant`,
    `full` or `arange` node, or one seen through ops that only rearrange or select its
    elements (`SAME_VALUES`: reshape, broadcast_to, transpose, narrow), are checked on
-   the host with NumPy (a constant's bytes are
-   already there; `full` is one value). Those in range are never checked again on the
-   device; broken ones stay guarded, so the run raises when it reaches them.
-3. At run start, from the feeds: an index or position computed from inputs,
-   constants and states alone through values of at most `HOST_LIMIT` elements (a decode
-   step's `pos`, a token id, a position counter kept in a state) is evaluated and
-   checked on the host with NumPy (`runtime.state.host_checks` / `check_indices`)
+   the host with NumPy (a constant's bytes are already there; `full` is one value).
+   Those in range are never checked again on the device; broken ones stay guarded, so
+   the run raises when it reaches them.
+3. At run start, from the feeds: an index or position computed from inputs, constants
+   and states alone through values of at most `HOST_LIMIT` elements, or rearranged
+   from such a value (`runtime.state.REARRANGING`: an embedding gradient's token ids
+   broadcast over the width), such as a decode step's `pos`, a token id or a position
+   counter kept in a state, is evaluated and checked on the host with NumPy
+   (`runtime.state.host_checks` / `check_indices`)
    before anything runs, which a stateful call needs anyway (nothing may be written to
    the state). The executor does this on every call, so such nodes are never checked
    on the device (`device_guarded`): a decode step of the zoo Llama had six device

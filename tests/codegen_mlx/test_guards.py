@@ -227,3 +227,36 @@ def test_constant_indices_seen_through_layout_ops_are_checked_at_compile_time(
         else:
             with pytest.raises(tg.RunError, match=r"scatter_add: index -?\d+ is out of range"):
                 program.run(feeds, **options)
+
+
+def test_fed_indices_broadcast_past_the_host_limit_are_checked_on_the_host() -> None:
+    # An embedding gradient's rows: token ids (small) broadcast over the width, more
+    # elements than HOST_LIMIT. Broadcasting computes nothing, so the ids are checked on
+    # the host before the run, and a bad one is the reference's RunError in every mode.
+    from tensorgraph.runtime.state import HOST_LIMIT
+
+    width = HOST_LIMIT // 4 + 1
+    g = tg.Graph("embedding_gradient")
+    ids = g.input("ids", (4,), tg.int32)
+    rows = tg.broadcast_to(tg.reshape(ids, (4, 1)), (4, width))
+    target, update = g.input("table", (6, width)), g.input("cotangent", (4, width))
+    g.output(scatter_add(target, update, rows, 0))
+    assert guarded_ops(g) == ["scatter_add"]
+    assert device_guarded(g) == ()
+    program = tg.compile(g)
+    feeds = {
+        "table": np.zeros((6, width), np.float32),
+        "cotangent": np.ones((4, width), np.float32),
+    }
+    for options in (
+        {"backend": "numpy"},
+        {"mode": "auto"},
+        {"mode": "eager"},
+        {"mode": "compiled"},
+    ):
+        (got,) = program.run({**feeds, "ids": np.array([5, 0, 5, 2], np.int32)}, **options)
+        expected = np.zeros((6, width), np.float32)
+        expected[[0, 2]], expected[5] = 1, 2  # row 5 gets two rows of ones
+        np.testing.assert_array_equal(got, expected)
+        with pytest.raises(tg.RunError, match=r"scatter_add: index 6 is out of range"):
+            program.run({**feeds, "ids": np.array([1, 6, 0, 7], np.int32)}, **options)
