@@ -9,13 +9,17 @@ A guard is checked in four tiers, cheapest first:
 1. Statically, from dtypes: uint8 indices into an axis of 256 or more, or an unsigned
    exponent, cannot break the precondition; such nodes are never checked.
 2. At run start, from compile-time values: indices or exponents that are a `constant`,
-   `full` or `arange` node are checked on the host with NumPy (a constant's bytes are
-   already there; `full` is one value). Those in range are never checked again on the
-   device; broken ones stay guarded, so the run raises when it reaches them.
-3. At run start, from the feeds: an index or position computed from inputs,
-   constants and states alone through values of at most `HOST_LIMIT` elements (a decode
-   step's `pos`, a token id, a position counter kept in a state) is evaluated and
-   checked on the host with NumPy (`runtime.state.host_checks` / `check_indices`)
+   `full` or `arange` node, or one seen through ops that only rearrange or select its
+   elements (`SAME_VALUES`: reshape, broadcast_to, transpose, narrow), are checked on
+   the host with NumPy (a constant's bytes are already there; `full` is one value).
+   Those in range are never checked again on the device; broken ones stay guarded, so
+   the run raises when it reaches them.
+3. At run start, from the feeds: an index or position computed from inputs, constants
+   and states alone through values of at most `HOST_LIMIT` elements, or rearranged
+   from such a value (`runtime.state.REARRANGING`: an embedding gradient's token ids
+   broadcast over the width), such as a decode step's `pos`, a token id or a position
+   counter kept in a state, is evaluated and checked on the host with NumPy
+   (`runtime.state.host_checks` / `check_indices`)
    before anything runs, which a stateful call needs anyway (nothing may be written to
    the state). The executor does this on every call, so such nodes are never checked
    on the device (`device_guarded`): a decode step of the zoo Llama had six device
@@ -265,9 +269,23 @@ GUARDS: dict[str, Guard] = {
 # ---------------------------------------------------------------- executors' interface
 
 
+# Ops each of whose output elements is one of its first input's elements, same dtype:
+# every guard is elementwise (an index in range, a divisor non-zero, an exponent
+# non-negative), so a compile-time input in range proves every output in range. Max
+# pool's gradient scatters by a constant window index broadcast over batch and
+# channels: checked here once at compile time, not by a reduction and a sync per step,
+# and leaving a training step nothing to check on the device (its states are then
+# donated to their in-place updates: codegen_mlx/state.py).
+SAME_VALUES = frozenset({"reshape", "broadcast_to", "transpose", "narrow"})
+
+
 def _host_values(graph: Graph, node_id: int) -> np.ndarray | None:
-    """The value of a node known before the run (tier 2), or None."""
+    """The value of a node known before the run (tier 2), or None; for a `SAME_VALUES`
+    op over such a node, that node's value (a superset of its elements: in range there
+    means in range here)."""
     node = graph.node(node_id)
+    if node.op in SAME_VALUES:
+        return _host_values(graph, node.inputs[0])
     if node.op == "constant":
         return constant_value(node)
     if node.op == "full":  # its one value, cast as the oracle casts it

@@ -55,6 +55,12 @@ INDEXED = {
     "scatter_add": (2, "unsigned"),
 }
 HOST_LIMIT = 1 << 12  # elements: bigger values are never evaluated on the host to check
+# Ops that only rearrange their input's elements (NumPy views, no arithmetic): one over
+# a host-computable value is host-computable at any size. An embedding's gradient
+# scatters by its token ids broadcast over the model width (GPT-2's: 256 ids, 32,768
+# indices): checked from the ids on the host, it leaves nothing to the device, so a
+# training step donates its states (codegen_mlx/state.py).
+REARRANGING = frozenset({"reshape", "broadcast_to", "transpose", "narrow"})
 
 
 class State:
@@ -262,11 +268,13 @@ class HostCheck:
 
 def host_checks(graph: Graph) -> tuple[HostCheck, ...]:
     """A `HostCheck` for every position or index operand computed from inputs,
-    constants and states alone, through values of at most HOST_LIMIT elements, in graph
-    order: what `check_indices` evaluates before a call."""
+    constants and states alone, through values of at most HOST_LIMIT elements or
+    `REARRANGING` ops over such values, in graph order: what `check_indices` evaluates
+    before a call."""
     host: dict[int, tuple[Node, ...]] = {}  # node id -> its host-computable cone
     for node in graph.nodes:
         small = int(np.prod(node.shape, dtype=np.int64)) <= HOST_LIMIT
+        small = small or (node.op in REARRANGING and node.inputs[0] in host)
         if node.op in ("input", "constant", "state") and small:
             host[node.id] = (node,)
         elif small and not OPS[node.op].boundary and all(i in host for i in node.inputs):

@@ -6,12 +6,13 @@ every node whose operand can must be, or a bad index would go unreported."""
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorgraph as tg
 from tensorgraph.codegen_mlx import executor
 from tensorgraph.codegen_mlx.guards import device_guarded, guarded_nodes
+from tensorgraph.ir.scatter import scatter_add
 
 
 def guarded_ops(graph: tg.Graph) -> list[str]:
@@ -179,3 +180,83 @@ def test_fed_indices_skip_the_device_replacement_pass_and_computed_ones_keep_it(
             np.testing.assert_array_equal(a, b)
         with pytest.raises(tg.RunError, match=r"take: index 5 is out of range"):
             prog.run({"ids": np.array([0, 5, 1], np.int32)}, params, backend="mlx", mode=mode)
+
+
+LAYOUTS = ("reshape", "broadcast_to", "transpose", "narrow")
+
+
+@settings(max_examples=15)  # each example compiles and runs three executors
+@given(
+    st.lists(st.integers(-2, 6), min_size=1, max_size=6),
+    st.lists(st.sampled_from(LAYOUTS), max_size=4),
+)
+def test_constant_indices_seen_through_layout_ops_are_checked_at_compile_time(
+    values, chain
+) -> None:
+    # scatter_add's rows must lie in [0, 4). The rows are a constant rearranged by
+    # reshape / broadcast_to / transpose / narrow (mirrored in NumPy as `kept`): every
+    # row used is one of the constant's values, so the node needs no device check when
+    # all the constant's values are in range; when a value the chain keeps is out of
+    # range it stays guarded (narrow may drop the bad one: then checking the constant
+    # is conservative), and every backend agrees either way.
+    g = tg.Graph("rows")
+    rows, kept = g.constant(np.array(values, np.int32)), np.array(values, np.int32)
+    for op in chain:
+        if op == "reshape":
+            rows, kept = tg.reshape(rows, (1, -1)), kept.reshape(1, -1)
+        elif op == "broadcast_to":
+            shape = (2, *kept.shape)
+            rows, kept = tg.broadcast_to(rows, shape), np.broadcast_to(kept, shape)
+        elif op == "transpose":
+            rows, kept = tg.transpose(rows, tuple(reversed(range(kept.ndim)))), kept.T
+        elif kept.shape[-1] > 1:
+            rows, kept = tg.narrow(rows, kept.ndim - 1, 1, kept.shape[-1] - 1), kept[..., 1:]
+    rows, kept = tg.reshape(rows, (-1,)), kept.reshape(-1)
+    target, update = g.input("target", (4,)), g.input("update", kept.shape)
+    g.output(scatter_add(target, update, rows, 0))
+    all_inside = bool(np.all((np.array(values) >= 0) & (np.array(values) < 4)))
+    used_inside = bool(np.all((kept >= 0) & (kept < 4)))
+    assert guarded_ops(g) == ([] if all_inside else ["scatter_add"])
+    feeds = {"target": np.zeros(4, np.float32), "update": np.ones(kept.shape, np.float32)}
+    program = tg.compile(g)
+    for options in ({"backend": "numpy"}, {"mode": "auto"}, {"mode": "eager"}):
+        if used_inside:
+            (got,) = program.run(feeds, **options)
+            # row r gets one per occurrence of r among the used rows
+            np.testing.assert_array_equal(got, np.bincount(kept, minlength=4))
+        else:
+            with pytest.raises(tg.RunError, match=r"scatter_add: index -?\d+ is out of range"):
+                program.run(feeds, **options)
+
+
+def test_fed_indices_broadcast_past_the_host_limit_are_checked_on_the_host() -> None:
+    # An embedding gradient's rows: token ids (small) broadcast over the width, more
+    # elements than HOST_LIMIT. Broadcasting computes nothing, so the ids are checked on
+    # the host before the run, and a bad one is the reference's RunError in every mode.
+    from tensorgraph.runtime.state import HOST_LIMIT
+
+    width = HOST_LIMIT // 4 + 1
+    g = tg.Graph("embedding_gradient")
+    ids = g.input("ids", (4,), tg.int32)
+    rows = tg.broadcast_to(tg.reshape(ids, (4, 1)), (4, width))
+    target, update = g.input("table", (6, width)), g.input("cotangent", (4, width))
+    g.output(scatter_add(target, update, rows, 0))
+    assert guarded_ops(g) == ["scatter_add"]
+    assert device_guarded(g) == ()
+    program = tg.compile(g)
+    feeds = {
+        "table": np.zeros((6, width), np.float32),
+        "cotangent": np.ones((4, width), np.float32),
+    }
+    for options in (
+        {"backend": "numpy"},
+        {"mode": "auto"},
+        {"mode": "eager"},
+        {"mode": "compiled"},
+    ):
+        (got,) = program.run({**feeds, "ids": np.array([5, 0, 5, 2], np.int32)}, **options)
+        expected = np.zeros((6, width), np.float32)
+        expected[[0, 2]], expected[5] = 1, 2  # row 5 gets two rows of ones
+        np.testing.assert_array_equal(got, expected)
+        with pytest.raises(tg.RunError, match=r"scatter_add: index 6 is out of range"):
+            program.run({**feeds, "ids": np.array([1, 6, 0, 7], np.int32)}, **options)

@@ -63,6 +63,38 @@ def test_conv2d_grouped_and_dilated_match_torch(xs, ws, stride, padding, dilatio
     )
 
 
+@st.composite
+def dilated_convs(draw: st.DrawFn) -> tuple:
+    """Random valid conv2d arguments with a kernel dilation above 1 on at least one axis
+    (MLX's lowering computes those as patches times weights): any groups, stride,
+    padding, batch, and at least one output position."""
+    groups = draw(st.sampled_from([1, 2, 3]))
+    c, o = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
+    kernel = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = draw(st.tuples(st.integers(1, 3), st.integers(1, 3)).filter(lambda d: max(d) > 1))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    padding = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    reach = [dilation[i] * (kernel[i] - 1) + 1 - 2 * padding[i] for i in range(2)]
+    size = [max(reach[i], 1) + draw(st.integers(0, 4)) for i in range(2)]
+    n = draw(st.integers(1, 2))
+    return (n, c, *size), (o, c // groups, *kernel), stride, padding, dilation, groups
+
+
+@settings(max_examples=25, deadline=None)
+@given(dilated_convs())
+def test_random_dilated_conv2d_matches_torch(arguments) -> None:
+    xs, ws, stride, padding, dilation, groups = arguments
+    check_against_torch(
+        lambda x, w: tg.conv2d(x, w, stride, padding, dilation, groups),
+        lambda x, w: F.conv2d(x, w, None, stride, padding, dilation, groups),
+        rand(*xs),
+        rand(*ws),
+        rtol=1e-4,
+        atol=1e-4,
+        compiled=False,
+    )
+
+
 @pytest.mark.parametrize(
     ("xs", "ws", "stride", "padding", "dilation", "groups"),
     [

@@ -164,3 +164,40 @@ def test_a_broken_guard_raises_after_any_cut() -> None:
     for budget in (0, prog.plan.arena_size, 10**9):
         with pytest.raises(tg.RunError, match=r"%\d+ take: index 5 is out of range for axis 0"):
             run_cut(prog, cut(prog, budget), feeds)
+
+
+WINDOWED = [  # (op, x shape, w shape, stride, padding, dilation): a training step's shapes
+    ("conv_transpose2d", (8, 16, 8, 8), (16, 16, 3, 3), 1, 1, 1),  # 3x3/1 input gradient
+    ("conv_transpose2d", (8, 128, 1, 1), (128, 128, 3, 3), 1, 1, 1),  # weight-heavy
+    ("conv_transpose2d", (8, 32, 4, 4), (32, 16, 3, 3), 2, 1, 1),  # 3x3/2 input gradient
+    ("conv2d", (3, 8, 32, 32), (16, 8, 16, 16), 1, 3, 2),  # 7x7/2 stem's weight gradient
+    ("conv2d", (16, 8, 8, 8), (32, 8, 4, 4), 1, 1, 2),  # 3x3/2 weight gradient
+]
+
+
+@pytest.mark.parametrize(("op", "xs", "ws", "stride", "padding", "dilation"), WINDOWED)
+def test_scratch_bounds_what_the_lowering_allocates(op, xs, ws, stride, padding, dilation):
+    # SCRATCH is the segment cost's allowance for what a lowering allocates beyond its
+    # output: an under-estimate lets a segment exceed its budget (and the run its plan).
+    # Measured on MLX itself: the peak while one node's lowering runs on materialised
+    # inputs, less those inputs and its output.
+    import mlx.core as mx
+
+    from tensorgraph.codegen_mlx.lowering import lowering_of
+    from tensorgraph.codegen_mlx.segments import SCRATCH
+
+    g = tg.Graph("window")
+    x, w = g.input("x", xs), g.input("w", ws)
+    build = tg.conv2d if op == "conv2d" else tg.conv_transpose2d
+    g.output(build(x, w, stride, padding, dilation=dilation))
+    node = g.node(g.outputs[0])
+    rng = np.random.default_rng(0)
+    args = [mx.array(rng.standard_normal(s).astype(np.float32)) for s in (xs, ws)]
+    mx.eval(args)
+    mx.synchronize()
+    before = mx.get_active_memory()
+    mx.reset_peak_memory()
+    out = lowering_of(node)(node, args)
+    mx.eval(out)
+    assert out.shape == node.shape
+    assert mx.get_peak_memory() - before - node.nbytes <= SCRATCH[op](g, node)

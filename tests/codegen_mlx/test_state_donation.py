@@ -74,3 +74,45 @@ def test_a_donating_call_that_fails_inside_mlx_marks_the_state_lost(monkeypatch)
     program.run(feeds, backend="mlx", state=state)
     np.testing.assert_array_equal(state["cache"][0, :, 3], np.ones((4, 128), np.float32))
     assert not state["cache"][0, :, :3].any()
+
+
+def _pooled_step() -> tg.Graph:
+    """An AdamW step of bias -> max pool -> linear -> mean square: the weight (1024 x
+    512) and its two moments, 2 MiB each, outweigh the activations (a 2 x 64 x 8 x 8
+    input). The bias's gradient goes through max pool's, which scatters by its constant
+    window index broadcast over batch and channels: 8,192 indices, more than the host
+    checks evaluate (HOST_LIMIT)."""
+    g = tg.Graph("pooled")
+    x = g.input("x", (2, 64, 8, 8))
+    b = g.param("b", (1, 64, 8, 8), value=np.zeros((1, 64, 8, 8), np.float32))
+    w = g.param("w", (1024, 512), value=np.full((1024, 512), 0.01, np.float32))
+    y = tg.reshape(tg.max_pool2d(x + b, 2), (2, 1024)) @ w
+    g.output(tg.mean(y * y))
+    return tg.train_step(g, optimizer=tg.optim.AdamW(learning_rate=1e-3))
+
+
+@pytest.mark.parametrize("mode", ["auto", "eager"])
+def test_a_max_pool_training_step_donates_its_weights_and_moments(mode) -> None:
+    # The scatter's index is a compile-time constant seen through layout ops, proven in
+    # range before the run (guards.py, tier 2): nothing is left to the device, so the
+    # states are donated to their in-place updates. Kept instead, the old weight and
+    # moments would sit beside the three new ones at the last update: at least STATES
+    # bytes above what the call was handed (the three new arrays), while donated, what
+    # it allocates is the arena (the gradient and an update temporary, 2 MiB each, and
+    # the activations) and MLX's scratch, which this bound leaves 1 MiB for.
+    program = tg.compile(_pooled_step())
+    assert "scatter_add" in [n.op for n in program.graph.nodes]
+    assert executor.device_guarded(program.graph) == ()
+    states = 3 * 1024 * 512 * 4 + 3 * 64 * 8 * 8 * 4
+    assert program.plan.arena_size + 2**20 <= states
+    state, reference = program.new_state("mlx"), program.new_state("numpy")
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 64, 8, 8), np.float32)}
+    for _ in range(3):
+        (loss,) = program.run(feeds, backend="mlx", state=state, mode=mode, stats=True)
+        (expected,) = program.run(feeds, backend="numpy", state=reference)
+        np.testing.assert_allclose(loss, expected, rtol=1e-4)  # float32 sums, any order
+    stats = last_run(program)
+    assert stats.resident >= states
+    assert stats.peak - stats.resident < states
+    for name in ("w", "b"):
+        np.testing.assert_allclose(state[name], reference[name], rtol=1e-4, atol=1e-6)
