@@ -253,7 +253,7 @@ def compile_entries(graphs: Mapping[str, Graph], **options: object) -> MultiProg
     """Compile every graph of `graphs` (entry name -> Graph) with `options` (those of
     `tg.compile`) into one MultiProgram (see the module docstring). GraphError when
     `graphs` is empty, an entry is not a Graph, or a state is declared with two shapes
-    or dtypes."""
+    or dtypes; PlanError for a state whose shape holds a dim."""
     from tensorgraph.compiler import compile as compile_one
     from tensorgraph.planner.plan import state_layout
 
@@ -262,6 +262,13 @@ def compile_entries(graphs: Mapping[str, Graph], **options: object) -> MultiProg
     for name, graph in graphs.items():
         if not isinstance(name, str) or not isinstance(graph, Graph):
             raise GraphError(f"entry {name!r}: expected a name and a Graph, got {graph!r}")
+    for name, graph in graphs.items():
+        for node in graph.states:
+            if node.symbolic:  # the region is laid out once, before any entry is planned
+                raise PlanError(
+                    f"entry {name!r}: state {node.name!r} has shape {node.shape}: a state's "
+                    "bytes persist across calls, so its shape must be static"
+                )
     graphs = weights_as_states(graphs)
     alignment = options.get("alignment", 64)
     valid = isinstance(alignment, int) and not isinstance(alignment, bool) and alignment >= 1
