@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import sympy
 
 from tensorgraph.importers.aten import Context, cast, handles, require, to_dtype
 from tensorgraph.importers.sym_sizes import as_operand
@@ -207,6 +208,10 @@ def _fill(value: object, dtype: tg.DType) -> object:
 
 def _full(ctx: Context, value: object, dtype: object) -> Tensor:
     dtype = to_dtype(dtype, ctx.out_dtype)
+    if isinstance(value, sympy.Expr):  # a symbolic size (`fill_(x.shape[1])`): its value
+        scalar = tg.arange(ctx.graph, value, value + 1, dtype=tg.int64).reshape(())
+        scalar = scalar.astype(dtype) if dtype != tg.int64 else scalar
+        return tg.broadcast_to(scalar, ctx.out_shape) if ctx.out_shape else scalar
     return tg.full(ctx.graph, ctx.out_shape, _fill(value, dtype), dtype=dtype)
 
 
