@@ -18,6 +18,12 @@ executors: one static program per length, compiled by the MLX executor on first 
 kept for the last MLX_CACHED_LENGTHS lengths (each holds its compiled form and its own
 device copy of the bound weights); `mx.compile(shapeless=True)` and a shared weight
 copy are later steps.
+
+A symbolic program may be an entry of a MultiProgram (tensorgraph/multi.py: generation's
+prefill at the prompt's length): its static states then take the shared region's
+offsets (`compile_symbolic(..., states=...)`), and each length's concrete program is
+registered as sharing the entry's `Shared` record, so on MLX every length reads the one
+device copy of the weights the other entries read.
 """
 
 from __future__ import annotations

@@ -27,6 +27,15 @@ Entries (all token ids and positions int64; B = `batch`, V = the vocabulary size
   decode overwrites position + length, + length + 1, ... before any query reads them.
 - `"decode"`: inputs `input_ids` (B, 1), the token to append; `position` (), its cache
   position. Output: its logits (B, 1, V).
+- `"prefill"`, with `prefill="symbolic"` in place of the buckets: inputs `input_ids`
+  (B, prompt), the prompt unpadded, over `tg.Dim("prompt", min=1, max=max_seq)` (exported
+  with `torch.export.Dim` of that name and range in `dynamic_shapes`, mapped by
+  `importers.sym_sizes`), and `position` (). Output: the logits (B, 1, V) of its last row
+  (transformers' `logits_to_keep=1`, a slice from the symbolic end). The cache gets
+  exactly the prompt's rows, `slice_update` at `position` of (B, kv heads, prompt, head
+  dim) rows; the causal mask is (prompt, max_seq); a ring layer's write and masks take
+  the prompt's length as its real length. One entry serves every length: a call runs its
+  concrete program at the call's length (tensorgraph/symbolic_program.py).
 
 Every row of a batch shares `position` and `length`. A write past the cache (position +
 rows > max_seq) is a RunError at run time (the cache write's start check); a ring has

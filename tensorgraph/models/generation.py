@@ -616,7 +616,8 @@ def generate(
     """Generation of `tokens` new token ids after `prompt` ((n,) or (batch, n) ids) with a
     program compiled from `llama_generation`'s entries (or from_torch_generation's:
     inputs are fed by name, see INPUT_ROLES): the prompt, padded with id 0, runs the
-    smallest prefill bucket >= n at position 0, then `tokens - 1` decode steps at
+    smallest prefill bucket >= n at position 0 (a symbolic "prefill" entry runs it
+    unpadded, at its length n), then `tokens - 1` decode steps at
     positions n, n + 1, ... each feed the previous token (each on the smallest decode
     window above its position, see GenerationLayout.decode_entry). `state` (default: a fresh
     `program.new_state(backend)`) holds the KV caches; options go to the backend.
@@ -707,10 +708,11 @@ def _check_prompt_cache(program: object, cache: PromptCache, ids: np.ndarray) ->
 def cache_prompt(
     program: object, prompt: object, *, backend: str = "mlx", state: object = None
 ) -> PromptCache:
-    """Run the prompt ((n,) or (batch, n) ids) through the smallest prefill bucket >= n,
-    as `generate` does, on `state` (default: a fresh one), and return its PromptCache:
-    the states after it, the logits of its last position and the program's identity.
-    RunError (nothing run) for a prompt no bucket holds or past max_seq - 1."""
+    """Run the prompt ((n,) or (batch, n) ids) through the smallest prefill bucket >= n
+    (or the symbolic prefill at n), as `generate` does, on `state` (default: a fresh
+    one), and return its PromptCache: the states after it, the logits of its last
+    position and the program's identity. RunError (nothing run) for a prompt no bucket
+    (or the symbolic prefill's range) holds, or past max_seq - 1."""
     ids = _prompt(prompt, generation_layout(program).batch)
     state = program.new_state(backend) if state is None else state
     logits = prefill_logits(program, ids, backend, state).astype(np.float32)
