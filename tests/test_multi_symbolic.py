@@ -165,3 +165,13 @@ def test_a_call_outside_the_range_names_the_dim() -> None:
     ):
         multi.run("sym", {"x": np.zeros((1, 9, ACC), np.float32)}, backend="arena", state=state)
     np.testing.assert_array_equal(state["acc_rows"], np.zeros((1, 8, ACC), np.float32))
+
+
+def test_the_report_and_footprint_take_the_symbolic_entry_at_its_max() -> None:
+    seq = tg.Dim("seq", min=1, max=8)
+    multi = tg.compile({"sym": _symbolic_writer(seq), "read": _row_reader()})
+    assert "(symbolic: seq in [1, 8]; sizes above at the max)" in multi.report()
+    at_max = multi.entries["sym"].plan.at(seq=8).arena_size
+    assert multi.arena_size == max(at_max, multi.entries["read"].plan.arena_size)
+    # inputs and outputs of the largest call: x (1, 8, ACC) and its sum (1, ACC), float32
+    assert multi.memory().io_size == 4 * (8 * ACC + ACC)
