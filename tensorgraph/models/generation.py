@@ -75,6 +75,7 @@ from tensorgraph.runtime.state import check_state
 
 __all__ = [
     "DEFAULT_BUCKETS",
+    "PREFILL_MODES",
     "CacheQuantization",
     "GenerationLayout",
     "GenerationMemory",
