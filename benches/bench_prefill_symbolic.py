@@ -12,8 +12,13 @@ MLX_CACHED_LENGTHS kept), and each entry's activation arena at that length
 (`plan.at(prompt=L)` against the bucket entry's plan). Both programs must generate the
 same tokens (`--tokens`, greedy) on the backend measured.
 
+With `--model hf-llama` the contenders are a transformers LlamaForCausalLM (random
+weights, grouped-query heads; dim 256, 4 layers, vocab 512) imported by
+`from_torch_generation` with `prefill="symbolic"` and with the same buckets.
+
     python benches/bench_prefill_symbolic.py [--lengths 40 100 200] [--runs 7]
                                              [--backend mlx|numpy|arena] [--layers 2]
+                                             [--model zoo|hf-llama]
 """
 
 from __future__ import annotations
@@ -53,6 +58,34 @@ def prefill_call(program: object, prompt: np.ndarray, backend: str, state: objec
     return call, entry, bucket
 
 
+def hf_llama_programs(layers: int) -> tuple[object, object, str]:
+    """(symbolic, bucketed) programs of one imported transformers Llama, and its name."""
+    import torch
+
+    from tensorgraph.importers.generation import from_torch_generation
+    from tensorgraph.importers.torch_compat import import_transformers
+
+    transformers = import_transformers()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=512,
+        hidden_size=256,
+        intermediate_size=704,
+        num_hidden_layers=layers,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=MAX_SEQ,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    programs = [
+        tg.compile(
+            from_torch_generation(model, max_seq=MAX_SEQ, prompt_buckets=BUCKETS, prefill=mode)
+        )
+        for mode in ("symbolic", "buckets")
+    ]
+    return *programs, f"transformers llama (dim 256, {layers} layers, vocab 512), imported"
+
+
 def seconds(call) -> tuple[float, float]:
     """(wall, CPU) seconds of one call: CPU time (all threads) is the figure that stays
     meaningful on a machine shared with other jobs, where wall time is mostly waiting."""
@@ -67,22 +100,29 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--backend", default="mlx", choices=("mlx", "numpy", "arena"))
-    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=None, help="default: 2 zoo, 4 hf")
+    parser.add_argument("--model", default="zoo", choices=("zoo", "hf-llama"))
     args = parser.parse_args()
-    config = LlamaConfig(batch=1, dim=512, heads=8, hidden=1376, layers=args.layers, vocab=512)
-    began = time.perf_counter()
-    symbolic = tg.compile(
-        llama_generation(config, max_seq=MAX_SEQ, buckets=BUCKETS, prefill="symbolic")
-    )
-    symbolic_compile = time.perf_counter() - began
-    began = time.perf_counter()
-    bucketed = tg.compile(llama_generation(config, max_seq=MAX_SEQ, buckets=BUCKETS))
-    bucketed_compile = time.perf_counter() - began
+    vocab = 512
+    if args.model == "hf-llama":
+        symbolic, bucketed, name = hf_llama_programs(args.layers or 4)
+    else:
+        layers = args.layers or 2
+        config = LlamaConfig(batch=1, dim=512, heads=8, hidden=1376, layers=layers, vocab=vocab)
+        began = time.perf_counter()
+        symbolic = tg.compile(
+            llama_generation(config, max_seq=MAX_SEQ, buckets=BUCKETS, prefill="symbolic")
+        )
+        symbolic_compile = time.perf_counter() - began
+        began = time.perf_counter()
+        bucketed = tg.compile(llama_generation(config, max_seq=MAX_SEQ, buckets=BUCKETS))
+        bucketed_compile = time.perf_counter() - began
+        name = f"zoo llama (dim {config.dim}, {layers} layers, vocab {vocab})"
+        print(f"compile: symbolic {symbolic_compile:.2f} s, bucketed {bucketed_compile:.2f} s")
     print(
-        f"zoo llama (dim {config.dim}, {config.layers} layers, vocab {config.vocab}), max_seq "
-        f"{MAX_SEQ}, buckets {BUCKETS}, backend {args.backend}, min of {args.runs} interleaved runs"
+        f"{name}, max_seq {MAX_SEQ}, buckets {BUCKETS}, backend {args.backend}, min of "
+        f"{args.runs} interleaved runs"
     )
-    print(f"compile: symbolic program {symbolic_compile:.2f} s, bucketed {bucketed_compile:.2f} s")
     print("ms: min over runs, wall (CPU); ratio = symbolic / bucketed of each")
     print(
         f"{'prompt':>6} {'bucket':>6} {'symbolic ms':>17} {'bucketed ms':>17} {'ratio':>11} "
@@ -90,7 +130,7 @@ def main() -> None:
     )
     rng = np.random.default_rng(0)
     for length in args.lengths:
-        prompt = rng.integers(0, config.vocab, (1, length)).astype(np.int32)
+        prompt = rng.integers(0, vocab, (1, length)).astype(np.int32)
         sym_state, buck_state = symbolic.new_state(args.backend), bucketed.new_state(args.backend)
         sym_call, _, _ = prefill_call(symbolic, prompt, args.backend, sym_state)
         buck_call, entry, bucket = prefill_call(bucketed, prompt, args.backend, buck_state)
