@@ -436,6 +436,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 GENERATE_MODELS = ("llama", "hf-llama")
+PREFILL_BUCKETS = (32, 128, 512)  # generate's default prefill buckets
 
 
 def _buckets(text: str) -> tuple[int, ...]:
@@ -468,7 +469,14 @@ def _zoo_llama(args: argparse.Namespace, buckets: tuple[int, ...]) -> _Generatio
 
     config = LlamaConfig()
     kv = {"kv_bits": args.kv_bits, "kv_group_size": args.kv_group_size}
-    entries = llama_generation(config, max_seq=args.max_seq, buckets=buckets, seed=args.seed, **kv)
+    entries = llama_generation(
+        config,
+        max_seq=args.max_seq,
+        buckets=buckets,
+        seed=args.seed,
+        prefill=args.prefill,
+        **kv,
+    )
     weights = llama_weights(config, args.seed)
     if _converted(args):  # the oracle is then the reference interpreter (cmd_generate)
         return _GenerationModel(_precision(args, entries), config.vocab, None, "")
@@ -567,7 +575,9 @@ def _hf_model(args: argparse.Namespace, buckets: tuple[int, ...]) -> _Generation
     model = auto_model.from_config(config).eval()
     if args.dtype != "float32":  # torch's own half-precision model, imported as it is
         model = model.to(getattr(torch, args.dtype))
-    entries = from_torch_generation(model, max_seq=args.max_seq, prompt_buckets=buckets)
+    entries = from_torch_generation(
+        model, max_seq=args.max_seq, prompt_buckets=buckets, prefill=args.prefill
+    )
     if args.kv_bits is not None:  # the imported float cache held quantized (any family)
         from tensorgraph.passes.quantize_states import quantize_graph_states, quantize_states
 
@@ -631,11 +641,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from tensorgraph.planner.report import human
 
     if is_seq2seq(args.model):  # an encoder-decoder family: encode + decode entries
+        if args.prefill != "buckets":
+            raise UsageError(f"--prefill {args.prefill}: {args.model} is encoder-decoder")
         return cmd_generate_seq2seq(args)
     fitting = tuple(b for b in args.buckets if b <= args.max_seq)
     if not fitting:
         raise UsageError(f"no bucket of {list(args.buckets)} fits --max-seq {args.max_seq}")
-    bucket = choose_bucket(fitting, args.max_seq, args.prompt_len, args.tokens)  # before compiling
+    if args.prefill == "symbolic":  # one entry at the prompt's length, 1..max_seq: no padding
+        bucket = choose_bucket((args.prompt_len,), args.max_seq, args.prompt_len, args.tokens)
+    else:
+        bucket = choose_bucket(
+            fitting, args.max_seq, args.prompt_len, args.tokens
+        )  # before compiling
     _group_size(args)
     sampler = Sampler(args.temperature, args.top_k, args.top_p, args.min_p, args.sampling_seed)
     began = time.perf_counter()
@@ -653,6 +670,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.backend == "mlx":  # the first calls trace each entry: not what tok/s measures
         generate(program, prompt, args.tokens, **options)
     start = f"prefill bucket {bucket}" if cache is None else "resumed from the prompt cache"
+    if cache is None and args.prefill == "symbolic":
+        start = f"prefill at its length {bucket} (symbolic)"
     print(f"prompt: {args.prompt_len} tokens (seed {args.seed}), {start}")
     if not sampler.is_greedy:
         print(
@@ -674,6 +693,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "memory per entry (arena): "
         + ", ".join(f"{name} {human(size)}" for name, size in result.memory.entries.items())
     )
+    if "prefill" in program.entries and cache is None:  # a symbolic prefill: its own length's
+        arena = program.entries["prefill"].plan.at(prompt=args.prompt_len).arena_size
+        print(f"prefill arena at {args.prompt_len} tokens: {human(arena)} (above: at max-seq)")
     print(program.memory().table())
     if model.expected is None or not sampler.is_greedy:  # the reference interpreter runs it
         expected = generate(program, prompt, args.tokens, backend="numpy", sampler=sampler).tokens
@@ -1059,9 +1081,18 @@ def parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--buckets",
         type=_buckets,
-        default=(32, 128, 512),
+        default=PREFILL_BUCKETS,
         metavar="L,L,...",
-        help="prefill prompt-length buckets (default: 32,128,512)",
+        help="prefill prompt-length buckets (default: 32,128,512); with --prefill symbolic, "
+        "the decode windows",
+    )
+    gen.add_argument(
+        "--prefill",
+        choices=("buckets", "symbolic"),
+        default="buckets",
+        help="prefill the prompt padded to a bucket, or at its real length through one "
+        "symbolic entry (tg.Dim 'prompt' in [1, max-seq]; such a program cannot be saved "
+        "yet); default: buckets",
     )
     gen.add_argument(
         "--max-seq",

@@ -392,25 +392,19 @@ def compile(
     multi-entry program (None: this graph's own states); `verify_plan` proves its
     states aligned, inside the region and disjoint.
     A graph with `tg.Dim`s compiles to a Program whose `plan` is a `ParametricPlan`, one
-    plan exact at every length in the dims' ranges (tensorgraph/symbolic_program.py).
+    plan exact at every length in the dims' ranges (tensorgraph/symbolic_program.py); such
+    a graph may be an entry of a multi-entry program (its states, static, take the
+    shared region's offsets).
     `memory_budget` (bytes, for a gradient graph or training step) makes the arena fit
     that many bytes at the least recompute: forward values the backward reads are
     recomputed instead of kept where needed (tensorgraph/remat.py; `prog.remat` reports
     the choice); a budget no choice reaches is a PlanError naming the smallest arena
     found. None: every value is kept and the order scheduled for the lowest peak.
-    Raises GraphError on an unknown pass or an invalid graph, PlanError on a bad option,
-    a plan that fails verification, or a multi-entry program with a symbolic entry."""
+    Raises GraphError on an unknown pass or an invalid graph, PlanError on a bad option
+    or a plan that fails verification."""
     if isinstance(graph, Mapping):
         if memory_budget is not None:
             raise PlanError("memory_budget applies to one graph, not to a dict of entries")
-        for entry in graph.values():
-            if isinstance(entry, Graph) and entry.dims:
-                dims = ", ".join(d.describe() for d in entry.dims.values())
-                raise PlanError(
-                    f"graph {entry.name!r} has symbolic dims ({dims}): a multi-entry program "
-                    "plans static entries only; compile tg.specialize(graph, "
-                    f"{next(iter(entry.dims))}=...) for one length, or the entry alone"
-                )
         from tensorgraph.multi import compile_entries
 
         return compile_entries(
@@ -450,8 +444,6 @@ def compile(
         _check_state_region(states)
     debug = debug_default() if debug is None else debug
     if graph.dims:
-        if states is not None:
-            raise PlanError(f"graph {graph.name!r}: a symbolic graph plans its own state region")
         if not graph.outputs:
             raise GraphError(f"graph {graph.name!r} has no outputs; call g.output(...)")
         if memory_budget is not None:  # the budget's choice is made on one plan's sizes
@@ -461,7 +453,7 @@ def compile(
             )
         from tensorgraph.symbolic_program import compile_symbolic
 
-        return compile_symbolic(graph, options, debug)
+        return compile_symbolic(graph, options, debug, states)
     verify(graph)
     if not graph.outputs:
         raise GraphError(f"graph {graph.name!r} has no outputs; call g.output(...)")

@@ -17,6 +17,14 @@ makes them share:
   would be compiled alone, so the shared arena is never larger than the largest
   entry's own.
 
+An entry may be symbolic (a graph over `tg.Dim`s: generation's prefill at the prompt's
+real length). Its states must be static (the region persists across calls), and take the
+shared layout's offsets like any entry's; its activations have a parametric plan
+(planner/parametric.py), so a call runs the entry's concrete program at the call's
+dims: the arena backend allocates exactly `plan.at(...)`'s arena, and every length's
+concrete program shares the entry's weights (`shared_of`). The sizes this module reports
+(`arena_size`, `memory`) take a symbolic entry at each dim's max, the most it holds.
+
 - the trained weights: a param of one entry named like a state of another (an
   inference graph beside its training step, `tg.compile({"infer": g, "train": step})`)
   becomes a read-only state of its entry (`weights_as_states`), so the entry reads the
@@ -45,7 +53,7 @@ from collections.abc import Mapping
 import numpy as np
 from attrs import frozen
 
-from tensorgraph.errors import GraphError, PlanError, RunError
+from tensorgraph.errors import GraphError, PlanError, RunError, SaveError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.planner.buffers import align_up
 from tensorgraph.planner.footprint import Footprint, constant_kinds, io_size
@@ -121,7 +129,7 @@ class MultiProgram:
         segment by kind, the state region, the shared arena, and the largest entry's
         inputs and outputs (entries run one at a time)."""
         constants = [(g, n) for g, n, _ in self._distinct_constants().values()]
-        io = max(io_size(p.graph) for p in self.entries.values())
+        io = max(io_size(_at_max(p).graph) for p in self.entries.values())
         return Footprint(
             constant_kinds(constants), self.constant_size, self.state_size, self.arena_size, io
         )
@@ -190,9 +198,18 @@ class MultiProgram:
     def save(self, path: str | os.PathLike, state: object | None = None) -> None:
         """Write every entry, the shared weights once (see tensorgraph.program_io); with
         `state` (a State of this program), the loaded program's states start from its
-        current values."""
+        current values. SaveError for a program with a symbolic entry (program files hold
+        static plans only, as `Program.save` says)."""
         from tensorgraph.program_io import save
 
+        for name, program in self.entries.items():
+            if program.graph.dims:
+                dims = ", ".join(d.describe() for d in program.graph.dims.values())
+                raise SaveError(
+                    f"{os.fspath(path)}: entry {name!r} has symbolic dims ({dims}); program "
+                    "files hold static plans only: compile its entries with a static prefill "
+                    "(buckets) to save it, or save the graphs' JSON and recompile"
+                )
         save(self, path, state)
 
     def __repr__(self) -> str:
@@ -200,6 +217,15 @@ class MultiProgram:
             f"<MultiProgram {', '.join(self.entries)}: arena {self.arena_size} B, "
             f"constants {self.constant_size} B, state {self.state_size} B>"
         )
+
+
+def _at_max(program: object) -> object:
+    """`program`, or a symbolic program's concrete program at each dim's max."""
+    if not program.graph.dims:
+        return program
+    from tensorgraph.symbolic_program import concrete_program
+
+    return concrete_program(program, program.plan.representative)
 
 
 def _check_layout(entries: Mapping[str, object], layout: Mapping[str, int], size: int) -> None:
@@ -227,7 +253,7 @@ def compile_entries(graphs: Mapping[str, Graph], **options: object) -> MultiProg
     """Compile every graph of `graphs` (entry name -> Graph) with `options` (those of
     `tg.compile`) into one MultiProgram (see the module docstring). GraphError when
     `graphs` is empty, an entry is not a Graph, or a state is declared with two shapes
-    or dtypes."""
+    or dtypes; PlanError for a state whose shape holds a dim."""
     from tensorgraph.compiler import compile as compile_one
     from tensorgraph.planner.plan import state_layout
 
@@ -236,6 +262,13 @@ def compile_entries(graphs: Mapping[str, Graph], **options: object) -> MultiProg
     for name, graph in graphs.items():
         if not isinstance(name, str) or not isinstance(graph, Graph):
             raise GraphError(f"entry {name!r}: expected a name and a Graph, got {graph!r}")
+    for name, graph in graphs.items():
+        for node in graph.states:
+            if node.symbolic:  # the region is laid out once, before any entry is planned
+                raise PlanError(
+                    f"entry {name!r}: state {node.name!r} has shape {node.shape}: a state's "
+                    "bytes persist across calls, so its shape must be static"
+                )
     graphs = weights_as_states(graphs)
     alignment = options.get("alignment", 64)
     valid = isinstance(alignment, int) and not isinstance(alignment, bool) and alignment >= 1

@@ -19,6 +19,12 @@ exactly that arena) and runs it. On the MLX backend the concrete programs of the
 MLX_CACHED_LENGTHS lengths are kept (their per-length traces: the bounded cache of
 compiled shapes) and share the symbolic program's one device copy of the weights, its
 segmentation and its shapeless traces (codegen_mlx/symbolic.py).
+
+A symbolic program may be an entry of a MultiProgram (tensorgraph/multi.py: generation's
+prefill at the prompt's length): its static states then take the shared region's
+offsets (`compile_symbolic(..., states=...)`), and each length's concrete program is
+registered as sharing the entry's `Shared` record, so on MLX every length reads the one
+device copy of the weights the other entries read.
 """
 
 from __future__ import annotations
@@ -34,15 +40,23 @@ from tensorgraph.planner.aliasing import analyze_aliasing
 from tensorgraph.planner.parametric import CACHED_LENGTHS, verify_parametric
 from tensorgraph.planner.parametric_build import parametric_plan, range_failures
 from tensorgraph.planner.plan import plan_memory, state_layout
+from tensorgraph.planner.sharing import share, shared_of
 
 MLX_CACHED_LENGTHS = 4  # concrete programs kept for the MLX backend, per symbolic program
 _PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def compile_symbolic(graph: Graph, options: object, debug: bool) -> object:
+def compile_symbolic(
+    graph: Graph,
+    options: object,
+    debug: bool,
+    states: tuple[Mapping[str, int], int] | None = None,
+) -> object:
     """The `Program` of symbolic `graph` under `options` (a CompileOptions), whose
-    `plan` is a `ParametricPlan` (see the module docstring). PlanError for a state whose
-    shape holds a dim (the state region is fixed across calls)."""
+    `plan` is a `ParametricPlan` (see the module docstring). `states` is the state
+    region's (layout, size) when the graph is an entry of a multi-entry program (None:
+    its own states'). PlanError for a state whose shape holds a dim (the state region
+    is fixed across calls)."""
     from tensorgraph.compiler import Program
     from tensorgraph.passes import REWRITES
     from tensorgraph.planner.schedule import reorder
@@ -71,7 +85,7 @@ def compile_symbolic(graph: Graph, options: object, debug: bool) -> object:
 
         from tensorgraph.compiler import compile
 
-        static = compile(rewritten, **asdict(options, recurse=False), debug=debug)
+        static = compile(rewritten, **asdict(options, recurse=False), debug=debug, states=states)
         return evolve(static, source=graph)
     representative = {name: d.max for name, d in rewritten.dims.items()}
     at_max = rewritten.specialize(**representative)
@@ -108,7 +122,8 @@ def compile_symbolic(graph: Graph, options: object, debug: bool) -> object:
         dropped.update(failures)
         analyses = tuple(a for a in analyses if a not in failures)
         aliasing = None
-    states = state_layout([ordered_at_max], options.alignment)
+    if states is None:
+        states = state_layout([ordered_at_max], options.alignment)
     upper = plan_memory(
         ordered_at_max,
         order,
@@ -156,6 +171,9 @@ def concrete_program(program: object, dims: Mapping[str, int], *, mlx: bool = Fa
     concrete = Program(
         graph, program.order, plan.aliasing, plan, program.options, program.stats, program.source
     )
+    shared = shared_of(program)
+    if shared is not None:  # an entry of a MultiProgram: its lengths share its weights
+        share(concrete, shared)
     if mlx:
         from tensorgraph.codegen_mlx.symbolic import prepare
 

@@ -304,3 +304,26 @@ def test_a_prompt_cache_of_other_weights_exits_two(tmp_path, capsys) -> None:
     assert cli.main([*argv, "--seed", "1"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "LoadError: prompt cache" in line and "was made by another program" in line
+
+
+def test_a_symbolic_prefill_generates_the_reference_tokens_at_the_prompt_length() -> None:
+    result = tensorgraph("generate", "llama", *SMALL, "--prefill", "symbolic")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "entries prefill, decode4, decode8, decode (max_seq 16)" in out  # no bucket entries
+    assert "prompt: 5 tokens (seed 0), prefill at its length 5 (symbolic)" in out
+    assert "prefill arena at 5 tokens: " in out
+    assert out.rstrip().endswith("tokens match the NumPy reference: yes")
+    bucketed = tensorgraph("generate", "llama", *SMALL)
+    line = next(t for t in out.splitlines() if t.startswith("tokens: "))
+    assert line in bucketed.stdout.splitlines()
+
+
+def test_a_symbolic_prefill_refuses_a_prompt_past_the_cache_before_compiling() -> None:
+    args = ["--max-seq", "16", "--prompt-len", "14", "--tokens", "4", "--prefill", "symbolic"]
+    result = tensorgraph("generate", "llama", "--buckets", "4,8", *args)
+    assert result.returncode == 2
+    assert (
+        "prompt length 14 + 4 new tokens = 18 is past the cache length max_seq 16" in result.stderr
+    )
+    assert "compiled" not in result.stdout

@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import sympy
 
 from tensorgraph.importers.aten import Context, cast, handles, require, to_dtype
 from tensorgraph.importers.sym_sizes import as_operand
@@ -37,11 +38,18 @@ def _slice(
     end: int | None = None,
     step: int = 1,
 ) -> Tensor:
-    if step == 1 and not all(v is None or isinstance(v, int) for v in (start, end)):
-        # A bound that is an extent of Dims (a dynamic import's `[:, :seq]`): a narrow,
-        # whose inference proves it fits the axis for every length, or refuses it.
-        end = x.shape[dim] if end is None or end == _END else end
+    symbolic_axis = not isinstance(x.shape[dim], int)
+    if step == 1 and (
+        symbolic_axis or not all(v is None or isinstance(v, int) for v in (start, end))
+    ):
+        # A bound that is an extent of Dims (a dynamic import's `[:, :seq]`), or any bound
+        # on an axis of symbolic length (`[:, -1:]`, transformers' logits_to_keep): a
+        # negative bound counts from the axis's end, as Python's; then a narrow, whose
+        # inference proves it fits the axis for every length, or refuses it.
+        size = x.shape[dim]
+        end = size if end is None or end == _END else end
         start = 0 if start is None else start
+        start, end = (size + v if isinstance(v, int) and v < 0 else v for v in (start, end))
         return tg.narrow(x, dim, start, end - start)
     index: list[object] = [slice(None)] * x.ndim
     index[dim] = slice(start, end, step)
@@ -200,6 +208,10 @@ def _fill(value: object, dtype: tg.DType) -> object:
 
 def _full(ctx: Context, value: object, dtype: object) -> Tensor:
     dtype = to_dtype(dtype, ctx.out_dtype)
+    if isinstance(value, sympy.Expr):  # a symbolic size (`fill_(x.shape[1])`): its value
+        scalar = tg.arange(ctx.graph, value, value + 1, dtype=tg.int64).reshape(())
+        scalar = scalar.astype(dtype) if dtype != tg.int64 else scalar
+        return tg.broadcast_to(scalar, ctx.out_shape) if ctx.out_shape else scalar
     return tg.full(ctx.graph, ctx.out_shape, _fill(value, dtype), dtype=dtype)
 
 

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import sympy
 
 from tensorgraph.importers.aten import (
     ATEN,
@@ -24,6 +25,7 @@ from tensorgraph.importers.aten import (
     require,
     to_dtype,
 )
+from tensorgraph.importers.sym_sizes import as_operand
 from tensorgraph.ir import api as tg
 from tensorgraph.ir.tensor import Tensor
 
@@ -121,10 +123,20 @@ def _arith(
         if dtype == tg.bool_:
             require(on_bool is not None, f"aten.{ctx.op} on bool tensors")
             return on_bool(_truth(a), _truth(b))
+        a, b = _size_operand(a, b), _size_operand(b, a)
         a, b = cast(a, dtype), cast(b, dtype)
         return fn(a, b * alpha if alpha != 1 else b)
 
     return handler
+
+
+def _size_operand(x: object, other: object) -> object:
+    """`x`, or when it is a symbolic size (a SymInt of a dynamic export: an expression
+    of Dims) beside the tensor `other`, its value at run time as an int64 scalar tensor
+    (a cache's `cumulative_length.add_(kv_length)` at the prompt's length)."""
+    if isinstance(x, sympy.Expr) and isinstance(other, Tensor):
+        return as_operand(other, x)
+    return x
 
 
 ATEN["add"] = _arith(tg.add, tg.logical_or)

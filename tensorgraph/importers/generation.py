@@ -27,6 +27,15 @@ Entries (all token ids and positions int64; B = `batch`, V = the vocabulary size
   decode overwrites position + length, + length + 1, ... before any query reads them.
 - `"decode"`: inputs `input_ids` (B, 1), the token to append; `position` (), its cache
   position. Output: its logits (B, 1, V).
+- `"prefill"`, with `prefill="symbolic"` in place of the buckets: inputs `input_ids`
+  (B, prompt), the prompt unpadded, over `tg.Dim("prompt", min=1, max=max_seq)` (exported
+  with `torch.export.Dim` of that name and range in `dynamic_shapes`, mapped by
+  `importers.sym_sizes`), and `position` (). Output: the logits (B, 1, V) of its last row
+  (transformers' `logits_to_keep=1`, a slice from the symbolic end). The cache gets
+  exactly the prompt's rows, `slice_update` at `position` of (B, kv heads, prompt, head
+  dim) rows; the causal mask is (prompt, max_seq); a ring layer's write and masks take
+  the prompt's length as its real length. One entry serves every length: a call runs its
+  concrete program at the call's length (tensorgraph/symbolic_program.py).
 
 Every row of a batch shares `position` and `length`. A write past the cache (position +
 rows > max_seq) is a RunError at run time (the cache write's start check); a ring has
@@ -75,6 +84,9 @@ class _StaticCacheLM(torch.nn.Module):
         config = model.config.get_text_config()
         self.model = model
         self.batch = batch
+        # Set while the symbolic prefill exports: only the last row's logits, as the
+        # bucketed prefill's `logits_to_keep` gives them (the prompt is all real tokens).
+        self.last_row_only = False
         self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
         self.cache = StaticCache(max_cache_len=max_seq, config=config)
         known = (StaticLayer, StaticSlidingWindowLayer)
@@ -114,12 +126,16 @@ class _StaticCacheLM(torch.nn.Module):
         for layer in self.cache.layers:
             layer.cumulative_length.copy_(position)
         keep = {} if length is None else {"logits_to_keep": (length - 1).reshape(1)}
+        if self.last_row_only:
+            keep = {"logits_to_keep": 1}
         mask = None
         if self.kinds is not None:
             from tensorgraph.importers import sliding_window
 
             if length is not None:  # a one-row call writes its row whatever the length
                 self.ring_length.copy_(length)
+            elif self.last_row_only:  # the symbolic prefill: every row is real
+                self.ring_length.fill_(input_ids.shape[1])
             rows = input_ids.shape[1]
             config, dtype = self.model.config.get_text_config(), self.model.dtype
             mask = sliding_window.attention_masks(
@@ -163,15 +179,23 @@ def from_torch_generation(
     max_seq: int,
     prompt_buckets: Sequence[int] = (32,),
     batch: int = 1,
+    prefill: str = "buckets",
 ) -> dict[str, tg.Graph]:
     """Graphs "prefill{L}" (one per bucket L) and "decode" of a transformers causal LM
     (e.g. LlamaForCausalLM), sharing a static KV cache of `max_seq` positions as states;
-    see the module docstring for each entry's inputs and output. The model is put in
-    eval mode; its weights are bound params (the same in every entry). GraphError for a
-    bucket outside [1, max_seq], a cache with layers other than full-attention and
-    sliding-window ones, or a failed export/import (naming the entry)."""
+    see the module docstring for each entry's inputs and output. With `prefill` =
+    "symbolic", one "prefill" entry at the prompt's real length replaces the buckets
+    (exported with a dynamic dim, see the module docstring; the buckets are then not
+    used); models.generation.PREFILL_MODES says why "buckets" is the default. The model
+    is put in eval mode; its weights are bound params (the same in every entry).
+    GraphError for a bucket outside [1, max_seq], an unknown `prefill`, a cache with
+    layers other than full-attention and sliding-window ones, or a failed export/import
+    (naming the entry)."""
+    from tensorgraph.models.generation import check_prefill_mode
+
     if max_seq < 1 or batch < 1:
         raise GraphError(f"from_torch_generation: max_seq {max_seq} and batch {batch} must be >= 1")
+    check_prefill_mode(prefill, "from_torch_generation")
     buckets = sorted(set(int(b) for b in prompt_buckets))
     bad = [b for b in buckets if not 1 <= b <= max_seq]
     if bad or not buckets:
@@ -181,6 +205,11 @@ def from_torch_generation(
         )
     wrapper = _StaticCacheLM(model.eval(), batch, max_seq)
     position = torch.tensor(0, dtype=torch.int64)
+    if prefill == "symbolic":
+        entries = {"prefill": _export_symbolic_prefill(wrapper, batch, max_seq)}
+        decode = {"input_ids": torch.zeros(batch, 1, dtype=torch.int64), "position": position}
+        entries["decode"] = _export(wrapper, "decode", decode)
+        return _without_unread_states(entries)
     examples = {
         f"prefill{b}": {
             "input_ids": torch.zeros(batch, b, dtype=torch.int64),
@@ -227,13 +256,43 @@ def _drop_states(graph: tg.Graph, read: set[str]) -> tg.Graph:
     )
 
 
-def _export(wrapper: _StaticCacheLM, name: str, kwargs: dict[str, torch.Tensor]) -> tg.Graph:
+def _export_symbolic_prefill(wrapper: _StaticCacheLM, batch: int, max_seq: int) -> tg.Graph:
+    """The "prefill" entry: `input_ids` (batch, prompt) over the dynamic dim
+    `torch.export.Dim("prompt", min=1, max=max_seq)` (the importer's tg.Dim of that name
+    and range, importers/sym_sizes.py), `position` (); the logits (batch, 1, V) of its
+    last row. The cache write at `arange(prompt) + position` and the causal mask over
+    positions follow the prompt's length, as the bucketed entries' follow their bucket's."""
+    if max_seq < 2:  # torch specialises lengths 0 and 1: the example must be longer
+        raise GraphError(
+            f"from_torch_generation: a symbolic prefill needs max_seq >= 2, not {max_seq}"
+        )
+    prompt = torch.export.Dim("prompt", min=1, max=max_seq)
+    kwargs = {
+        "input_ids": torch.zeros(batch, min(max_seq, 16), dtype=torch.int64),
+        "position": torch.tensor(0, dtype=torch.int64),
+    }
+    dynamic = {"input_ids": {1: prompt}, "position": None}
+    wrapper.last_row_only = True
+    try:
+        return _export(wrapper, "prefill", kwargs, dynamic)
+    finally:
+        wrapper.last_row_only = False
+
+
+def _export(
+    wrapper: _StaticCacheLM,
+    name: str,
+    kwargs: dict[str, torch.Tensor],
+    dynamic_shapes: dict[str, object] | None = None,
+) -> tg.Graph:
     # Strict (dynamo) export, as transformers' recipe does: torch 2.13's non-strict export
     # of this program fails later, in run_decompositions ("expected compiled_fn to be
     # GraphModule"), and its pre-dispatch signature lists no buffer mutations.
     try:
         with torch.no_grad():
-            program = torch.export.export(wrapper, (), kwargs, strict=True)
+            program = torch.export.export(
+                wrapper, (), kwargs, dynamic_shapes=dynamic_shapes, strict=True
+            )
     except Exception as err:
         raise GraphError(f"importing {name!r} failed at step 'export': {_first_line(err)}") from err
     return from_exported(program, name)

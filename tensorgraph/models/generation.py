@@ -8,6 +8,12 @@ one multi-entry program around per-layer KV caches held as state, and its driver
   all L rows into the states `k{i}` / `v{i}` (batch, heads, max_seq, head_dim) at rows
   [0, L), attends causally over them, and returns the logits (batch, vocab) of position
   length - 1.
+- or, with `prefill="symbolic"`, one `prefill` entry over the prompt's real length: a
+  `tg.Dim("prompt", min=1, max=max_seq)`. `tokens` (batch, prompt) int32, no padding and
+  no `length`; it writes exactly the prompt's rows [0, prompt) of the caches, attends
+  causally over them and returns the logits of position prompt - 1. The entry's plan is
+  parametric (planner/parametric.py): a call computes and holds only the prompt's rows,
+  where a bucket computes all L of them (issue 26's item 6).
 - `decode`: `token` (batch, 1) int32 and `pos` () int32. The token's k/v (rotated at
   position pos) are written at row pos; its query attends over the whole cache with the
   bool mask arange(max_seq) <= pos; it returns the logits (batch, vocab) of that token.
@@ -69,6 +75,7 @@ from tensorgraph.runtime.state import check_state
 
 __all__ = [
     "DEFAULT_BUCKETS",
+    "PREFILL_MODES",
     "CacheQuantization",
     "GenerationLayout",
     "GenerationMemory",
@@ -91,6 +98,14 @@ __all__ = [
 ]
 
 DEFAULT_BUCKETS = (32, 128, 512)
+# How generation programs prefill a prompt: padded to a bucket, or at its real length
+# through one symbolic entry. "buckets" stays the default because a symbolic program
+# cannot be saved yet (program files hold static plans), and because each new prompt
+# length costs the MLX backend a specialisation and trace on its first call (it keeps
+# MLX_CACHED_LENGTHS lengths): a server seeing few distinct lengths, or one that saves
+# its program, is served better by buckets; "symbolic" wins on compute and arena at a
+# length between buckets (benches/README.md, "Prefill at the prompt's real length").
+PREFILL_MODES = ("buckets", "symbolic")
 LAYER_KEYS = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
 
 
@@ -254,17 +269,23 @@ def _logits(h: Tensor, params: Mapping[str, Tensor], config: LlamaConfig) -> Ten
 def prefill_graph(
     config: LlamaConfig,
     weights: Mapping[str, np.ndarray],
-    bucket: int,
+    bucket: int | tg.Dim,
     max_seq: int,
     kv: CacheQuantization | None = None,
 ) -> tg.Graph:
-    """The `prefill{bucket}` entry (see the module docstring; a quantized cache under
-    `kv`)."""
-    g = tg.Graph(f"prefill{bucket}")
+    """The `prefill{bucket}` entry, or given a `tg.Dim` (max <= max_seq) the symbolic
+    `prefill` entry over that many real tokens (see the module docstring; a quantized
+    cache under `kv`)."""
+    symbolic = isinstance(bucket, tg.Dim)
+    g = tg.Graph("prefill" if symbolic else f"prefill{bucket}")
     tokens = g.input("tokens", (config.batch, bucket), tg.int32)
-    length = g.input("length", (), tg.int32)
-    h, params = _decoder(g, weights, config, max_seq, tokens, 0, None, kv=kv)
-    last = tg.take(h, length - 1, axis=1)  # (batch, dim): the last real position
+    if symbolic:
+        h, params = _decoder(g, weights, config, max_seq, tokens, 0, None, kv=kv)
+        last = tg.narrow(h, 1, bucket - 1, 1).reshape(config.batch, config.dim)
+    else:
+        length = g.input("length", (), tg.int32)
+        h, params = _decoder(g, weights, config, max_seq, tokens, 0, None, kv=kv)
+        last = tg.take(h, length - 1, axis=1)  # (batch, dim): the last real position
     g.output(_logits(last, params, config))
     return g
 
@@ -300,6 +321,7 @@ def llama_generation(
     windows: Sequence[int] | None = None,
     kv_bits: int | None = None,
     kv_group_size: int = 64,
+    prefill: str = "buckets",
 ) -> dict[str, tg.Graph]:
     """The generation entries of the zoo Llama: "prefill{L}" for every bucket L <= max_seq
     (ascending), "decode{W}" for every decode window W < max_seq (None: the buckets;
@@ -307,12 +329,17 @@ def llama_generation(
     `tg.compile(entries)`. `config.seq` is not used (the buckets are the prompt lengths).
     With `kv_bits` the KV caches are quantized (`kv_bits` bits a value, a scale and a
     bias per `kv_group_size` values; see the module docstring); None keeps them float.
+    `prefill` is "buckets" (a padded prefill per bucket) or "symbolic" (one "prefill"
+    entry at the prompt's real length, 1..max_seq, in place of the bucket entries; the
+    buckets then only name the default decode windows). See PREFILL_MODES for why the
+    default stays "buckets".
 
     GraphError names a bad max_seq, an empty or non-positive bucket list, buckets of
     which none fits max_seq, a kv_bits or kv_group_size MLX's affine quantization does
-    not take, or a head size the group does not divide."""
+    not take, a head size the group does not divide, or an unknown `prefill`."""
     config = make_config(LlamaConfig, config, {})
     kv = cache_quantization(config, kv_bits, kv_group_size)
+    check_prefill_mode(prefill, "llama_generation")
     if isinstance(max_seq, bool) or not isinstance(max_seq, int) or max_seq < 1:
         raise GraphError(f"llama_generation: max_seq must be a positive int but got {max_seq!r}")
     sizes = sorted(set(buckets))
@@ -325,7 +352,11 @@ def llama_generation(
             f"bucket {sizes[0]} is longer than the cache)"
         )
     weights = llama_weights(config, seed)
-    entries = {f"prefill{b}": prefill_graph(config, weights, b, max_seq, kv) for b in fitting}
+    if prefill == "symbolic":
+        prompt = tg.Dim("prompt", min=1, max=max_seq)
+        entries = {"prefill": prefill_graph(config, weights, prompt, max_seq, kv)}
+    else:
+        entries = {f"prefill{b}": prefill_graph(config, weights, b, max_seq, kv) for b in fitting}
     chosen = fitting if windows is None else sorted(set(windows))
     if any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in chosen):
         raise GraphError(f"llama_generation: windows must be positive ints but got {windows!r}")
@@ -333,6 +364,12 @@ def llama_generation(
         entries[f"decode{window}"] = decode_graph(config, weights, max_seq, window, kv)
     entries["decode"] = decode_graph(config, weights, max_seq, kv=kv)
     return entries
+
+
+def check_prefill_mode(prefill: object, who: str) -> None:
+    """GraphError naming `prefill` unless it is one of PREFILL_MODES."""
+    if prefill not in PREFILL_MODES:
+        raise GraphError(f"{who}: prefill must be one of {PREFILL_MODES} but got {prefill!r}")
 
 
 def cache_quantization(
@@ -399,9 +436,9 @@ class DecodeRate:
 class GenerationResult(DecodeRate):
     """One generation: `tokens` (batch, count) int32 new token ids, the first from the
     prefill; the `bucket` the prompt of `prompt_length` was padded to (0: resumed from a
-    prompt cache); wall-clock seconds of the prefill call and of all decode calls (each
-    including its logits' transfer to the host and the sampler's pick); the program's
-    memory; the `state` it ran on."""
+    prompt cache; the prompt's own length with a symbolic prefill); wall-clock seconds
+    of the prefill call and of all decode calls (each including its logits' transfer to
+    the host and the sampler's pick); the program's memory; the `state` it ran on."""
 
     tokens: np.ndarray
     prompt_length: int
@@ -420,13 +457,20 @@ class GenerationResult(DecodeRate):
 @frozen
 class GenerationLayout:
     """What a generation program accepts: its prefill `buckets` (ascending), the cache
-    length `max_seq`, the `batch`, the `vocab` and its decode `windows` (ascending)."""
+    length `max_seq`, the `batch`, the `vocab` and its decode `windows` (ascending).
+    A program with a symbolic "prefill" entry has no buckets and its prompt length's
+    range instead (`prompt_range`, (min, max)): it prefills at the prompt's length."""
 
     buckets: tuple[int, ...]
     max_seq: int
     batch: int
     vocab: int
     windows: tuple[int, ...] = ()
+    prompt_range: tuple[int, int] | None = None
+
+    def prefill_entry(self, bucket: int) -> str:
+        """The entry that prefills at `bucket` (from `bucket_for`)."""
+        return "prefill" if self.prompt_range is not None else f"prefill{bucket}"
 
     def decode_entry(self, position: int) -> str:
         """The decode entry for a step at `position`: the smallest window above it, else
@@ -435,8 +479,18 @@ class GenerationLayout:
         return f"decode{min(fitting)}" if fitting else "decode"
 
     def bucket_for(self, prompt_length: int, new_tokens: int) -> int:
-        """`choose_bucket` for this program's buckets and max_seq."""
-        return choose_bucket(self.buckets, self.max_seq, prompt_length, new_tokens)
+        """`choose_bucket` for this program's buckets and max_seq; with a symbolic prefill,
+        the prompt's own length, after the same checks (RunError naming the prompt's
+        length and the entry's range when it lies outside)."""
+        if self.prompt_range is None:
+            return choose_bucket(self.buckets, self.max_seq, prompt_length, new_tokens)
+        low, high = self.prompt_range
+        if prompt_length >= 1 and not low <= prompt_length <= high:
+            raise RunError(
+                f"prompt length {prompt_length} is outside the symbolic prefill's range "
+                f"[{low}, {high}] (dim 'prompt' of entry 'prefill')"
+            )
+        return choose_bucket((max(prompt_length, 1),), self.max_seq, prompt_length, new_tokens)
 
 
 def choose_bucket(buckets: Sequence[int], max_seq: int, prompt_length: int, new_tokens: int) -> int:
@@ -467,15 +521,20 @@ def generation_layout(program: object) -> GenerationLayout:
     (batch, heads, max_seq, head_dim) cache, or a quantized cache's codes (batch, heads,
     max_seq, packed)). RunError when an entry is missing."""
     entries = program.entries
-    buckets = sorted(int(n[len("prefill") :]) for n in entries if n.startswith("prefill"))
+    buckets = sorted(
+        int(n[len("prefill") :]) for n in entries if n.startswith("prefill") and n != "prefill"
+    )
     windows = sorted(
         int(n[len("decode") :]) for n in entries if n.startswith("decode") and n != "decode"
     )
-    if "decode" not in entries or not buckets:
+    prompt_range = _prompt_range(entries["prefill"]) if "prefill" in entries else None
+    if "decode" not in entries or not (buckets or prompt_range):
         raise RunError(
-            f"a generation program needs 'decode' and 'prefill<L>' entries but has "
-            f"{sorted(entries)}"
+            f"a generation program needs 'decode' and 'prefill<L>' (or a symbolic 'prefill') "
+            f"entries but has {sorted(entries)}"
         )
+    if prompt_range is not None:
+        buckets = []  # the symbolic entry serves every length: no padding to a bucket
     decode = entries["decode"].graph
     token = next(n for n in decode.inputs if INPUT_ROLES.get(n.name) == "ids")
     logits = decode.node(decode.returned[0])
@@ -483,8 +542,20 @@ def generation_layout(program: object) -> GenerationLayout:
     caches = [n.shape[2] for n in decode.states if len(n.shape) == 4 and "_ring_" not in n.name]
     max_seq = caches[0] if caches else sys.maxsize
     return GenerationLayout(
-        tuple(buckets), max_seq, token.shape[0], logits.shape[-1], tuple(windows)
+        tuple(buckets), max_seq, token.shape[0], logits.shape[-1], tuple(windows), prompt_range
     )
+
+
+def _prompt_range(entry: object) -> tuple[int, int]:
+    """(min, max) of the symbolic prefill entry's one dim, the prompt's length (RunError
+    when the entry has no dim or several)."""
+    dims = list(entry.graph.dims.values())
+    if len(dims) != 1:
+        raise RunError(
+            f"entry 'prefill' must have one symbolic dim, the prompt's length, but has "
+            f"{[d.describe() for d in dims]}"
+        )
+    return dims[0].min, dims[0].max
 
 
 # What each entry input is, by name: the zoo entries' names and those of
@@ -546,7 +617,8 @@ def generate(
     """Generation of `tokens` new token ids after `prompt` ((n,) or (batch, n) ids) with a
     program compiled from `llama_generation`'s entries (or from_torch_generation's:
     inputs are fed by name, see INPUT_ROLES): the prompt, padded with id 0, runs the
-    smallest prefill bucket >= n at position 0, then `tokens - 1` decode steps at
+    smallest prefill bucket >= n at position 0 (a symbolic "prefill" entry runs it
+    unpadded, at its length n), then `tokens - 1` decode steps at
     positions n, n + 1, ... each feed the previous token (each on the smallest decode
     window above its position, see GenerationLayout.decode_entry). `state` (default: a fresh
     `program.new_state(backend)`) holds the KV caches; options go to the backend.
@@ -598,7 +670,7 @@ def generate(
     if prompt_cache is None:
         padded = np.zeros((layout.batch, bucket), np.int32)
         padded[:, :length] = ids
-        logits = call(f"prefill{bucket}", padded, 0)
+        logits = call(layout.prefill_entry(bucket), padded, 0)
     else:
         region = (program.state_layout, program.state_size)
         for entry in program.entries.values():  # before a value is written, not in run
@@ -637,10 +709,11 @@ def _check_prompt_cache(program: object, cache: PromptCache, ids: np.ndarray) ->
 def cache_prompt(
     program: object, prompt: object, *, backend: str = "mlx", state: object = None
 ) -> PromptCache:
-    """Run the prompt ((n,) or (batch, n) ids) through the smallest prefill bucket >= n,
-    as `generate` does, on `state` (default: a fresh one), and return its PromptCache:
-    the states after it, the logits of its last position and the program's identity.
-    RunError (nothing run) for a prompt no bucket holds or past max_seq - 1."""
+    """Run the prompt ((n,) or (batch, n) ids) through the smallest prefill bucket >= n
+    (or the symbolic prefill at n), as `generate` does, on `state` (default: a fresh
+    one), and return its PromptCache: the states after it, the logits of its last
+    position and the program's identity. RunError (nothing run) for a prompt no bucket
+    (or the symbolic prefill's range) holds, or past max_seq - 1."""
     ids = _prompt(prompt, generation_layout(program).batch)
     state = program.new_state(backend) if state is None else state
     logits = prefill_logits(program, ids, backend, state).astype(np.float32)
@@ -661,8 +734,9 @@ def prefill_logits(
     bucket = layout.bucket_for(ids.shape[1], 1)
     padded = np.zeros((layout.batch, bucket), np.int32)
     padded[:, : ids.shape[1]] = ids
-    entry = program.entries[f"prefill{bucket}"]
-    feeds = _feeds(entry.graph, {"ids": padded, "position": 0, "length": ids.shape[1]})
+    entry = layout.prefill_entry(bucket)
+    roles = {"ids": padded, "position": 0, "length": ids.shape[1]}
+    feeds = _feeds(program.entries[entry].graph, roles)
     state = program.new_state(backend) if state is None else state
-    (logits,) = program.run(f"prefill{bucket}", feeds, backend=backend, state=state)
+    (logits,) = program.run(entry, feeds, backend=backend, state=state)
     return np.asarray(logits).reshape(layout.batch, -1)

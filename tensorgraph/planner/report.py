@@ -267,7 +267,8 @@ def format_program_report(program: Compiled) -> str:
 
 def format_multi_report(multi: object) -> str:
     """A multi-entry program: one row per entry (arena, lower bound, steps, constant
-    segment, state updates in place), then the shared memory and its total."""
+    segment, state updates in place; a symbolic entry's at each dim's max, then its
+    range on a line of its own), then the shared memory and its total."""
     lines = [f"multi-entry program: {len(multi.entries)} entries"]
     width = max(5, *(len(name) for name in multi.entries))
     lines.append(
@@ -282,6 +283,9 @@ def format_multi_report(multi: object) -> str:
             f"{len(plan.liveness.steps):>5}  {human(plan.constant_size):>10}  "
             f"{updated} ({updated - copied} in place)"
         )
+        if graph.dims:  # a parametric plan: each call takes its arena at the call's dims
+            ranges = ", ".join(d.describe() for d in graph.dims.values())
+            lines.append(f"  {'':<{width}}  (symbolic: {ranges}; sizes above at the max)")
     lines += [
         "shared (entries run one at a time):",
         f"  arena {human(multi.arena_size)} (the largest entry's) | weights and constants "

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch", reason="the torch extra is not installed")
 
 import tensorgraph as tg  # noqa: E402
+from tensorgraph.importers.torch_export import from_exported  # noqa: E402
 from tensorgraph.ir.dims import Dim, evaluate  # noqa: E402
 from tests.models_suite.catalog import build  # noqa: E402
 
@@ -139,3 +140,39 @@ def test_torch_size_expressions_become_extents_of_the_dims() -> None:
     for value in range(seq.min, seq.max + 1):
         assert evaluate(extent, {seq: value}) == (3 * value) // 2 + value % 4 - 1
         assert evaluate(floordiv, {seq: value}) == (value * 5) // 3
+
+
+class _SizeValues(torch.nn.Module):
+    """What a dynamic generation export records (importers.generation): a SymInt added to
+    a counter buffer (`cumulative_length.add_(kv_length)`), a buffer filled with a length
+    (`ring_length.fill_(rows)`), and the last row by a negative slice (`logits_to_keep`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("counter", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("filled", torch.zeros(2, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        self.counter.add_(x.shape[1])
+        self.filled.fill_(x.shape[1])
+        return x[:, -1:] * 2, self.counter + 0, self.filled * 1
+
+
+@pytest.fixture(scope="module")
+def size_values() -> tg.Program:
+    seq = torch.export.Dim("seq", min=1, max=40)
+    program = torch.export.export(_SizeValues(), (torch.randn(3, 5),), dynamic_shapes=({1: seq},))
+    graph = from_exported(program, "sizes")
+    assert [d.describe() for d in graph.dims.values()] == ["seq in [1, 40]"]
+    return tg.compile(graph)
+
+
+@settings(max_examples=5)
+@given(length=st.integers(1, 40))
+def test_sizes_as_values_and_a_slice_from_the_end_follow_the_length(size_values, length) -> None:
+    prog = size_values
+    x = np.random.default_rng(length).standard_normal((3, length)).astype(np.float32)
+    outs = prog.run({"x": x}, backend="numpy", state=prog.new_state("numpy"))
+    np.testing.assert_array_equal(outs[0], x[:, -1:] * 2)
+    assert int(outs[1]) == length  # the counter started at 0
+    np.testing.assert_array_equal(outs[2], np.full(2, length, np.float32))
