@@ -5,12 +5,15 @@ summary and its plot.
 The sweep (`sweep_budgets`) compiles the step three ways, each point planned:
 keep-everything (`tg.compile(step)`: no recompute), checkpoint-every-layer
 (`tensorgraph.remat.compile_checkpointed`: only the layer inputs kept), and
-`tg.compile(step, memory_budget=b)` for `points` budgets spaced evenly from the
+`tg.compile(step, memory_budget=b)` for `points` distinct budgets spaced evenly below the
 keep-everything arena down to checkpoint-every-layer's (the last budget is exactly that
 arena, so the sweep's lowest point always fits). Why that range: above it keeping
 everything already fits, and below it the answer is at most recompute-everything's
-smaller arena, found only after a search that costs as much as the rest of the sweep; a
-budget the search cannot meet is reported, never dropped silently.
+smaller arena, found only after a search that costs as much as the rest of the sweep.
+Where checkpointing every layer does not shrink the arena (a model whose weight
+gradients outweigh its activations), the budgets go down to half the keep-everything
+arena instead (the issue's reference point). A budget the search cannot meet is
+reported with the smallest budget found feasible, never dropped silently.
 
 Every figure is the compiler's own: the placed arena (bytes) and the recompute FLOPs
 (planner/flops.py's estimate) of `prog.remat`. Deterministic, as the compiler is.
@@ -65,27 +68,24 @@ def _point(label: str, budget: int | None, prog: object) -> TradeoffPoint:
 def sweep_budgets(step: Graph, points: int, progress: object = None) -> Sweep:
     """The trade-off sweep of the gradient graph or training step `step` (module
     docstring) with `points` >= 1 budgets; `progress(done, total, text)`, when given, is
-    called after each compile."""
+    called after each budget's compile."""
     import tensorgraph as tg
     from tensorgraph.remat import compile_checkpointed
 
-    total = points + 2
     keep = _point("keep everything", None, tg.compile(step))
-    if progress is not None:
-        progress(1, total, "keep everything")
     layers = _point("checkpoint every layer", None, compile_checkpointed(step))
-    if progress is not None:
-        progress(2, total, "checkpoint every layer")
-    span = max(keep.arena - layers.arena, 0)
+    floor = layers.arena if layers.arena < keep.arena else keep.arena // 2
+    budgets = sorted(
+        {keep.arena - (keep.arena - floor) * k // points for k in range(1, points + 1)}
+    )
     found, infeasible = [], []
-    for k in range(1, points + 1):
-        budget = keep.arena - span * k // points
+    for k, budget in enumerate(reversed(budgets), 1):
         try:
             found.append(_point("budget", budget, tg.compile(step, memory_budget=budget)))
         except PlanError as err:
             infeasible.append((budget, str(err)))
         if progress is not None:
-            progress(k + 2, total, f"budget {budget:,} B")
+            progress(k, len(budgets), f"budget {budget:,} B")
     return Sweep(keep, layers, tuple(found), tuple(infeasible))
 
 
@@ -104,7 +104,8 @@ def sweep_lines(sweep: Sweep) -> list[str]:
 
     points = len(sweep.budgets) + len(sweep.infeasible)
     lines = [
-        f"trade-off: {points} budgets from keep-everything's arena down to checkpoint-every-layer's"
+        f"trade-off: {points} budgets from keep-everything's arena down to "
+        + ("checkpoint-every-layer's" if sweep.layers.arena < sweep.keep.arena else "half of it")
     ]
     lines += [line(p) for p in (sweep.keep, *sweep.budgets, sweep.layers)]
     lines += [f"  budget {b:,} B: no point fits ({message})" for b, message in sweep.infeasible]

@@ -257,3 +257,20 @@ def test_a_bad_tradeoff_point_count_exits_two_with_one_line(capsys):
     captured = capsys.readouterr()
     assert "--tradeoff-points" in captured.err and "expects a positive int" in captured.err
     assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_sweep_where_checkpointing_does_not_shrink_the_arena_says_so():
+    """The printed summary names the lower end it swept to, lists the fixed points and
+    reports each budget no point met with the compiler's message."""
+    from tensorgraph.cli_tradeoff import Sweep, TradeoffPoint, sweep_lines
+
+    keep = TradeoffPoint("keep everything", None, 1000, 0, "keep-all", 0.0)
+    layers = TradeoffPoint("checkpoint every layer", None, 1000, 70, "checkpoint-layers", None)
+    sweep = Sweep(keep, layers, (), ((500, "the smallest budget found feasible is 1000 B"),))
+    assert sweep_lines(sweep) == [
+        "trade-off: 1 budgets from keep-everything's arena down to half of it",
+        "  keep everything: arena 1,000 B (1.00x), recompute 0 FLOPs (keep-all, gap 0)",
+        "  checkpoint every layer: arena 1,000 B (1.00x), recompute 70 FLOPs "
+        "(checkpoint-layers, no bound)",
+        "  budget 500 B: no point fits (the smallest budget found feasible is 1000 B)",
+    ]
