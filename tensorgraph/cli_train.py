@@ -17,8 +17,11 @@ state, constants, I/O), the recompute overhead (0 without `--memory-budget`: eve
 the backward reads is kept; with it, `tg.compile(memory_budget=)`'s choice: the FLOPs
 recomputed per step and what chose them), then one progress line per step with its loss
 and samples (or tokens) per second, and a summary. `--plot DIR` writes the loss curve as
-`DIR/<model>_loss.png`. Bad input (an unknown or untrainable model, a non-positive
-learning rate, step count or batch) is one line and exit 2, as every command's.
+`DIR/<model>_loss.png`, then sweeps `--tradeoff-points` memory budgets over the same
+step, prints each point (arena, recompute FLOPs) and writes the arena-against-recompute
+plot as `DIR/<model>_tradeoff.png` (tensorgraph/cli_tradeoff.py). Bad input (an unknown
+or untrainable model, a non-positive learning rate, step count or batch) is one line and
+exit 2, as every command's.
 """
 
 from __future__ import annotations
@@ -187,11 +190,28 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"done in {time.perf_counter() - began:.1f} s"
     )
     if args.plot is not None:
-        try:
-            print(f"  loss curve: {plot_losses(losses, args.model, args.plot).resolve()}")
-        except TensorGraphError as err:  # no matplotlib: say how to get it
-            print(f"  no plot: {err}")
+        plot_training(args, losses, tg.train_step(task.graph, optimizer=optimizer))
     return 0 if all(np.isfinite(losses)) else 1
+
+
+def plot_training(args: argparse.Namespace, losses: list[float], step: object) -> None:
+    """`--plot DIR`: the loss curve, then the trade-off sweep of `step` (printed even
+    without matplotlib) and its plot, both beside each other in DIR."""
+    from tensorgraph.cli_tradeoff import plot_tradeoff, sweep_budgets, sweep_lines
+
+    try:
+        print(f"  loss curve: {plot_losses(losses, args.model, args.plot).resolve()}")
+    except TensorGraphError as err:  # no matplotlib: say how to get it
+        print(f"  no plot: {err}")
+    print(f"sweeping {args.tradeoff_points} memory budgets ...", flush=True)
+    sweep = sweep_budgets(
+        step, args.tradeoff_points, lambda k, n, text: _progress(k, n, f"trade-off: {text}")
+    )
+    print("\n".join(sweep_lines(sweep)))
+    try:
+        print(f"  trade-off plot: {plot_tradeoff(sweep, args.model, args.plot).resolve()}")
+    except TensorGraphError as err:
+        print(f"  no plot: {err}")
 
 
 def plot_losses(losses: list[float], model: str, folder: Path) -> Path:
@@ -305,6 +325,16 @@ def add_train_command(commands: argparse._SubParsersAction) -> None:
         type=_output_dir,
         default=None,
         metavar="DIR",
-        help="write the loss curve to DIR/<model>_loss.png (default: no plot)",
+        help="write the loss curve to DIR/<model>_loss.png and, after a sweep of memory "
+        "budgets, the arena-against-recompute trade-off to DIR/<model>_tradeoff.png "
+        "(default: no plot)",
+    )
+    sub.add_argument(
+        "--tradeoff-points",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="budgets in the trade-off sweep of --plot, from keep-everything's arena down "
+        "to checkpoint-every-layer's (default: 4; each is one rematerialising compile)",
     )
     sub.set_defaults(run=cmd_train)

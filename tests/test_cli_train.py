@@ -91,6 +91,7 @@ def test_synthetic_data_are_seeded_and_next_token_targets_are_the_next_tokens():
 
 def test_a_small_model_learns_and_the_plot_is_written(tmp_path, capsys):
     argv = ["train", "mlp", *MLP, "--steps", "25", "--optimizer", "sgd", "--lr", "0.5"]
+    argv += ["--tradeoff-points", "1"]  # the sweep is tested below
     assert cli.main([*argv, "--backend", "numpy", "--plot", str(tmp_path / "plots")]) == 0
     out = capsys.readouterr().out
     losses = _losses(out)
@@ -179,3 +180,97 @@ def test_a_budget_too_small_names_the_smallest_one_that_compiles(capsys):
     assert smallest and len(err.strip().splitlines()) == 1
     flags = ["--steps", "1", "--backend", "numpy", "--memory-budget", smallest.group(1)]
     assert cli.main(["train", "mlp", *MLP, *flags]) == 0
+
+
+TRADEOFF = re.compile(
+    r"^  budget ([\d,]+) B: arena ([\d,]+) B \([\d.]+x\), recompute ([\d,]+) FLOPs"
+)
+
+
+def _count(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def test_plot_sweeps_budgets_and_writes_the_tradeoff_plot_beside_the_loss_curve(tmp_path, capsys):
+    """`--plot` with `--tradeoff-points 2`: two budgets falling from the keep-everything
+    arena (printed first, no recompute) to checkpoint-every-layer's (printed last); each
+    point's arena fits its budget, recompute never falls as the budget falls and is
+    positive at the lowest budget (below keep-everything's arena something must be
+    recomputed); both PNGs land in the folder."""
+    plots = tmp_path / "plots"
+    flags = ["--steps", "1", "--backend", "numpy", "--plot", str(plots), "--tradeoff-points", "2"]
+    assert cli.main(["train", "mlp", *MLP, *flags]) == 0
+    out = capsys.readouterr().out
+    keep = re.search(
+        r"^  keep everything: arena ([\d,]+) B \(1.00x\), recompute 0 FLOPs", out, re.M
+    )
+    layers = re.search(
+        r"^  checkpoint every layer: arena ([\d,]+) B .*recompute ([\d,]+)", out, re.M
+    )
+    assert keep and layers
+    points = [
+        (_count(m.group(1)), _count(m.group(2)), _count(m.group(3)))
+        for m in map(TRADEOFF.match, out.splitlines())
+        if m
+    ]
+    assert len(points) == 2 and "no point fits" not in out
+    budgets = [b for b, _, _ in points]
+    assert budgets == sorted(budgets, reverse=True) and budgets[0] < _count(keep.group(1))
+    assert budgets[-1] == _count(layers.group(1))
+    assert all(arena <= budget for budget, arena, _ in points)
+    recompute = [r for _, _, r in points]
+    assert recompute == sorted(recompute) and recompute[-1] > 0
+    for name in ("mlp_loss.png", "mlp_tradeoff.png"):
+        assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"trade-off plot: {(plots / 'mlp_tradeoff.png').resolve()}" in out
+
+
+def test_without_matplotlib_the_sweep_is_printed_and_each_plot_says_why_not(
+    tmp_path, capsys, monkeypatch
+):
+    from tensorgraph.errors import TensorGraphError
+    from tensorgraph.planner import timeline
+
+    def missing():
+        raise TensorGraphError("matplotlib is needed for plots: pip install 'tensorgraph[plot]'")
+
+    monkeypatch.setattr(timeline, "_pyplot", missing)
+    flags = [
+        "--steps",
+        "1",
+        "--backend",
+        "numpy",
+        "--plot",
+        str(tmp_path),
+        "--tradeoff-points",
+        "1",
+    ]
+    assert cli.main(["train", "mlp", *MLP, *flags]) == 0
+    out = capsys.readouterr().out
+    assert out.count("no plot: matplotlib is needed for plots") == 2
+    assert sum(bool(TRADEOFF.match(line)) for line in out.splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_bad_tradeoff_point_count_exits_two_with_one_line(capsys):
+    assert cli.main(["train", "mlp", "--tradeoff-points", "0"]) == 2
+    captured = capsys.readouterr()
+    assert "--tradeoff-points" in captured.err and "expects a positive int" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_sweep_where_checkpointing_does_not_shrink_the_arena_says_so():
+    """The printed summary names the lower end it swept to, lists the fixed points and
+    reports each budget no point met with the compiler's message."""
+    from tensorgraph.cli_tradeoff import Sweep, TradeoffPoint, sweep_lines
+
+    keep = TradeoffPoint("keep everything", None, 1000, 0, "keep-all", 0.0)
+    layers = TradeoffPoint("checkpoint every layer", None, 1000, 70, "checkpoint-layers", None)
+    sweep = Sweep(keep, layers, (), ((500, "the smallest budget found feasible is 1000 B"),))
+    assert sweep_lines(sweep) == [
+        "trade-off: 1 budgets from keep-everything's arena down to half of it",
+        "  keep everything: arena 1,000 B (1.00x), recompute 0 FLOPs (keep-all, gap 0)",
+        "  checkpoint every layer: arena 1,000 B (1.00x), recompute 70 FLOPs "
+        "(checkpoint-layers, no bound)",
+        "  budget 500 B: no point fits (the smallest budget found feasible is 1000 B)",
+    ]
