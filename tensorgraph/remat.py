@@ -40,7 +40,7 @@ from attrs import evolve, frozen
 from tensorgraph.errors import PlanError
 from tensorgraph.ir.graph import Graph
 
-MAX_ATTEMPTS = 8
+MAX_ATTEMPTS = 5
 
 
 @frozen

@@ -3,27 +3,34 @@
 
 The program is Checkmate's (Jain et al., "Checkmate: Breaking the Memory Wall with
 Optimal Tensor Rematerialization", MLSys 2020: R[t, i] compute, S[t, i] keep, memory
-rows per stage) restricted to the fixed program order of `RematModel` (planner/remat.py),
-as Moccasin (Bartan et al., ICML 2023) restricts it to O(n) intervals per value: each
-forward value is computed once in the forward and at most once more, by a copy emitted
-before a backward step; stages are the steps of the program order, merged where no
-decision can change what is live.
+rows per stage) on the fixed program order of `RematModel` (planner/remat.py), with
+multiple recomputation: a forward value may be copied before any backward step that
+reads a candidate (an event), as often as it pays, each copy freed after the last read
+it serves. Stages are the events; the steps between two events are merged where no
+decision changes what is live.
 
-Variables, per candidate `u` and stage `j`:
-- `r[u]` (binary): `u` is recomputed; the objective is the sum of `cost[u] * r[u]`
-  (FLOPs, planner/flops.py);
-- `a[u, j]` (binary, backward stages): `u`'s copy is emitted by stage `j`; monotone in
-  `j`, at most `r[u]`, 1 at `u`'s first backward reader if recomputed, and set no later
-  than the copy of any recomputed candidate reading `u`;
-- `keep[u, j]`, `copy[u, j]` in [0, 1]: the original, and the copy, live at stage `j`,
-  bounded below by what reads them there (a kept value until its last backward reader
-  and until each recomputed reader's copy is emitted; a copy from its emission through
-  its last backward reader and its readers' emissions).
-The memory row of each stage: the bytes live in buffers the choice does not touch (the
-stage's largest), plus `size[u] * (keep[u, j] + copy[u, j])`, at most the budget.
+Variables, per tracked root `u` (the candidates and the roots they read) and event `j`
+up to the last at which `u` may be read:
+- `r[u]` (binary, candidates): `u` is recomputed, its original dead after its last
+  forward reader;
+- `R[u, j]` (binary): a copy of `u` is emitted before event `j` (at most `r[u]`); the
+  objective is the sum of `cost[u] * R[u, j]` (FLOPs, planner/flops.py);
+- `S[u, j]` in [0, 1]: a copy emitted before an earlier event is still live at `j`
+  (at most `S[u, j-1] + R[u, j-1]`);
+- `O[u, j]` in [0, 1]: the original is live at `j` (at most `1 - r[u]`, and no more
+  than at `j-1`: it cannot revive).
+A backward read of `u` at event `j` needs `O + S + R >= 1` there, and a copy of `v`
+emitted at `j` needs each root it reads live the same way. Memory rows: at each event,
+the fixed bytes (the buffers the choice does not touch and each root's interval through
+its last forward reader, or for other roots through its last reader) plus
+`size[u] * (O + S + R)`; between events, the fixed bytes plus `size[u] * (O + S)` of
+the next event. Every copy emitted before an event counts there at once, an upper bound
+on the rewrite's liveness (which frees a copy read only by the next copy once that is
+computed, as `RematModel.profile` counts): a point the program answers fits the model.
 
 The solver runs deterministically under a node limit (branch-and-bound nodes, not
-seconds): the same graph and budget give the same answer on any machine. Its proven gap
+seconds) and only on programs of at most MAX_VARIABLES variables (its work budget):
+the same graph and budget give the same answer on any machine. Its proven gap
 is (incumbent - dual bound) / incumbent, 0 when the point is certified optimal.
 """
 
@@ -40,9 +47,12 @@ from scipy.sparse import coo_array
 from tensorgraph.planner.remat import RematModel
 
 # Branch-and-bound nodes HiGHS may explore before it answers its best point and bound.
-DEFAULT_NODE_LIMIT = 2000
-# Integer programs above this many variables go to the heuristic alone.
-MAX_VARIABLES = 60_000
+DEFAULT_NODE_LIMIT = 500
+# Integer programs above this many variables go to the heuristic alone: the solver's
+# work budget. HiGHS's node limit does not bound its root (cuts, sub-MIP heuristics),
+# which took over 60 s on the small GPT-2's 3,543 variables on the shared 2-core
+# machine; the zoo MLP's program is far below this and solves in well under a second.
+MAX_VARIABLES = 2_000
 # Model evaluations (peak profiles) the heuristic may spend.
 DEFAULT_GREEDY_WORK = 4_000
 
@@ -73,6 +83,9 @@ def solve_milp(
         is_cand | {i for v in cands for i in model.inputs[v]}, key=model.born.__getitem__
     )
     events = sorted({s for u in cands for s in model.uses[u]})
+    # Bytes in units of the largest root and FLOPs in units of the dearest: HiGHS's
+    # numerics (ranges near 1) and cuts work far better than on raw bytes and FLOPs.
+    unit = float(max(model.size[u] for u in tracked))
     if not events:
         return None
     index = {s: j for j, s in enumerate(events)}
@@ -184,7 +197,7 @@ def solve_milp(
             if cap < 0:
                 return None
             if row:
-                rows.append((row, -np.inf, cap))
+                rows.append(({k: x / unit for k, x in row.items()}, -np.inf, cap / unit))
         if j < len(events):
             row = {}
             for u in tracked:
@@ -195,14 +208,15 @@ def solve_milp(
             if cap < 0:
                 return None
             if row:
-                rows.append((row, -np.inf, cap))
+                rows.append(({k: x / unit for k, x in row.items()}, -np.inf, cap / unit))
     n = len(names)
     if n > MAX_VARIABLES:
         return None
+    price = float(max(1, *(model.cost[u] for u in cands)))
     cost = np.zeros(n)
     for key, k in names.items():
         if key[0] == "R":
-            cost[k] = model.cost[key[1]]
+            cost[k] = model.cost[key[1]] / price
     data, ri, ci, lo_b, hi_b = [], [], [], [], []
     for k, (row, lb, ub) in enumerate(rows):
         for col, val in row.items():
@@ -237,7 +251,8 @@ def solve_milp(
     flops = model.recompute_cost(recompute, emit)
     peak = int(model.profile(recompute, emit).max(initial=0))
     bound = getattr(result, "mip_dual_bound", None)
-    objective = float(result.fun)
+    objective = float(result.fun) * price
+    bound = None if bound is None else float(bound) * price
     if result.status == 0:
         gap = 0.0
     elif bound is None or objective <= 0:
