@@ -33,7 +33,7 @@ Deterministic: every search counts work (HiGHS nodes, greedy evaluations), never
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from attrs import evolve, frozen
 
@@ -116,7 +116,17 @@ def compile_to_budget(
     # (`too_big`: keeping everything is) and one the model cannot meet (`too_small`),
     # then between the best fitting target and `too_big`: a larger target never costs
     # more FLOPs in the model, so the fitting point of the largest target wins.
-    too_small, too_big = 0, model.peak(frozenset())
+    placed: dict[frozenset, object] = {}
+
+    def plan(emit: Mapping[int, tuple[int, ...]]) -> object:
+        """The program of `emit`'s rewrite, planned once per distinct set of copies."""
+        key = frozenset(emit.items())
+        if key not in placed:
+            placed[key] = finish(rematerialize(rewritten, emit))
+        return placed[key]
+
+    everything = frozenset(model.candidates)
+    too_small, too_big = model.peak(everything, everything) - 1, model.peak(frozenset())
     best: tuple[RematChoice, object] | None = None
     fitting: int | None = None
     for attempt in range(MAX_ATTEMPTS):
@@ -131,25 +141,28 @@ def compile_to_budget(
             too_small = trial
             continue
         choice = min(found, key=lambda c: (c.flops, c.method != "milp"))
-        prog = finish(rematerialize(rewritten, choice.emit))
+        prog = plan(choice.emit)
         if prog.plan.arena_size > budget:
             too_big = trial
             continue
         fitting = trial
         if best is None or choice.flops < best[0].flops:
             best = (choice, prog)
+    # The fallbacks, planned only where they could win: when nothing fits yet, or with
+    # fewer FLOPs than the point found.
     fits: list[tuple[RematChoice, object]] = [] if best is None else [best]
     smallest, how = keep_arena, "keep-all"
-    everything = frozenset(model.candidates)
     for method, recompute, fresh in (
         ("checkpoint-layers", checkpoint_layers(model), frozenset()),
         ("recompute-all", everything, everything),
     ):
         emit = model.emissions(recompute, fresh)
-        prog = finish(rematerialize(rewritten, emit))
+        flops = model.recompute_cost(recompute, emit)
+        if best is not None and flops > best[0].flops:
+            continue
+        prog = plan(emit)
         arena = prog.plan.arena_size
         if arena <= budget:
-            flops = model.recompute_cost(recompute, emit)
             fits.append((RematChoice(recompute, emit, flops, 0, method, None), prog))
         if arena < smallest:
             smallest, how = arena, method
