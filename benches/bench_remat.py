@@ -34,7 +34,8 @@ MODELS = {
     ),
 }
 # Budgets: these fractions of the way from the keep-everything arena down to
-# checkpoint-every-layer's, then half the keep-everything arena.
+# checkpoint-every-layer's, then half the keep-everything arena (two points on the way,
+# not four: every budget plans several points, minutes per model on the shared machine).
 SPAN = (0.5, 1.0)
 
 

@@ -33,6 +33,7 @@ arena fits).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -131,22 +132,18 @@ class RematModel:
         for u, steps in points.items():
             for step in steps:
                 cluster.setdefault(step, []).append(u)
-        width = np.ones(self.steps, dtype=np.int64)
+        width = [1] * self.steps
         for step, members in cluster.items():
             members.sort(key=self.born.__getitem__)
             width[step] += len(members)
-        start = np.concatenate(([0], np.cumsum(width)[:-1]))  # first sub-step of a step
-        node = start + width - 1  # the sub-step of the step's own node
-        slot = {
-            (u, step): int(start[step]) + k for step, m in cluster.items() for k, u in enumerate(m)
-        }
-        delta = np.zeros(int(node[-1]) + 2 if self.steps else 1, dtype=np.int64)
+        start = [0] * self.steps  # the first sub-step of each step
+        for t in range(1, self.steps):
+            start[t] = start[t - 1] + width[t - 1]
+        node = [start[t] + width[t] - 1 for t in range(self.steps)]  # the step's own node
+        slot = {(u, step): start[step] + k for step, m in cluster.items() for k, u in enumerate(m)}
+        total = node[-1] + 1 if self.steps else 0
+        delta = [0] * (total + 1)
         live = np.repeat(np.asarray(self.base, dtype=np.int64), width)
-
-        def add(first: int, last: int, size: int) -> None:
-            if last >= first:
-                delta[first] += size
-                delta[last + 1] -= size
 
         for u in self.roots:
             size = self.size[u]
@@ -154,16 +151,21 @@ class RematModel:
                 slot[(v, e)] for v in self.consumers[u] if v in recompute for e in points.get(v, ())
             ]
             if u not in recompute:
-                add(int(node[self.born[u]]), max([int(node[self.baseline_end[u]]), *late]), size)
+                delta[node[self.born[u]]] += size
+                delta[max([node[self.baseline_end[u]], *late]) + 1] -= size
                 continue
-            add(int(node[self.born[u]]), int(node[self.forward_last[u]]), size)
-            reads = sorted([int(node[r]) for r in self.uses[u]] + late)
+            delta[node[self.born[u]]] += size
+            delta[node[self.forward_last[u]] + 1] -= size
+            reads = sorted([node[r] for r in self.uses[u]] + late)
             copies = [slot[(u, e)] for e in points.get(u, ())]
             for k, first in enumerate(copies):
-                stop = copies[k + 1] if k + 1 < len(copies) else len(delta)
-                served = [r for r in reads if first < r < stop]
-                add(first, max(served, default=first), size)
-        return live + np.cumsum(delta)[: len(live)]
+                stop = copies[k + 1] if k + 1 < len(copies) else total + 1
+                # The last read before the next copy (reads after `first` only).
+                j = bisect_left(reads, stop) - 1
+                last = reads[j] if j >= 0 and reads[j] > first else first
+                delta[first] += size
+                delta[last + 1] -= size
+        return live + np.cumsum(np.asarray(delta, dtype=np.int64))[: len(live)]
 
     def recompute_cost(
         self,

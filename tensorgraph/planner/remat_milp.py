@@ -54,7 +54,7 @@ DEFAULT_NODE_LIMIT = 500
 # machine; the zoo MLP's program is far below this and solves in well under a second.
 MAX_VARIABLES = 2_000
 # Model evaluations (peak profiles) the heuristic may spend.
-DEFAULT_GREEDY_WORK = 4_000
+DEFAULT_GREEDY_WORK = 1_000
 
 
 @frozen
@@ -265,17 +265,18 @@ def solve_milp(
 def solve_greedy(
     model: RematModel, budget: int, work: int = DEFAULT_GREEDY_WORK
 ) -> RematChoice | None:
-    """A fast deterministic point, the fewest FLOPs of three searches whose model peak
+    """A fast deterministic point, the fewest FLOPs of the searches whose model peak
     fits `budget` (each counts model evaluations against `work`, never time):
 
     - adding: candidates by FLOPs per byte (cheapest first, then program order), each
       copied once, until the peak fits, then dropping each added one, the most
       expensive first, whose removal still fits;
-    - relaxing: from the least memory the model knows (every candidate recomputed, a
-      fresh copy at each read), repeatedly take the move saving the most FLOPs that
-      still fits: copy a root once instead of at each read, or keep it;
     - segments: checkpointing every k-th layer input (`checkpoint_layers`, k = 1, 2,
-      ...: the sqrt(n) family of Chen et al.), the rest copied once or at each read.
+      ...: the sqrt(n) family of Chen et al.), the rest copied once or at each read;
+    - relaxing: from the least memory the model knows (every candidate recomputed, a
+      fresh copy at each read), and then from each point above, repeatedly take the
+      move saving the most FLOPs (its own copies' estimate) that still fits: copy a
+      root once instead of at each read, or keep it.
 
     None when even the least-memory point does not fit."""
     from tensorgraph.planner.remat import checkpoint_layers
@@ -315,26 +316,29 @@ def solve_greedy(
         for fresh in (frozenset(), recompute):
             if spent < work and fits(recompute, fresh):
                 points.append((recompute, fresh))
-    # Relaxing.
-    recompute, fresh = everything, everything
-    while spent < work:
-        emit = model.emissions(recompute, fresh)
-        moves = []
-        for u in recompute:
-            saving = model.cost[u] * len(emit.get(u, ()))
-            if u in fresh and len(emit.get(u, ())) > 1:
-                moves.append((model.cost[u] * (len(emit[u]) - 1), u, recompute, fresh - {u}))
-            moves.append((saving, u, recompute - {u}, fresh - {u}))
-        moves.sort(key=lambda m: (-m[0], m[1]))
-        for _, _, r, f in moves:
-            if spent >= work:
+
+    # Relaxing, from the least-memory point first, then from each point found above.
+    def relax(recompute: frozenset[int], fresh: frozenset[int]) -> tuple:
+        while spent < work:
+            emit = model.emissions(recompute, fresh)
+            moves = []
+            for u in recompute:
+                copies = len(emit.get(u, ()))
+                if u in fresh and copies > 1:
+                    moves.append((model.cost[u] * (copies - 1), u, recompute, fresh - {u}))
+                moves.append((model.cost[u] * copies, u, recompute - {u}, fresh - {u}))
+            moves.sort(key=lambda m: (-m[0], m[1]))
+            for _, _, r, f in moves:
+                if spent >= work:
+                    return recompute, fresh
+                if fits(r, f):
+                    recompute, fresh = r, f
+                    break
+            else:
                 break
-            if fits(r, f):
-                recompute, fresh = r, f
-                break
-        else:
-            break
-    points.append((recompute, fresh))
+        return recompute, fresh
+
+    points = [relax(everything, everything), *(relax(*p) for p in points)]
 
     def price(point: tuple[frozenset[int], frozenset[int]]) -> int:
         return model.recompute_cost(point[0], model.emissions(*point))
