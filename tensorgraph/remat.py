@@ -1,10 +1,11 @@
 """Rematerialisation under a memory budget: the driver of `tg.compile(graph,
 memory_budget=bytes)` for a gradient graph or a training step.
 
-Cost model: the FLOPs of every recomputed node (planner/flops.py: matmul 2*M*N*K,
+Cost model: the FLOPs of every copy of a recomputed node (planner/flops.py: matmul 2*M*N*K,
 convolution 2 * outputs * C_in/groups * kh * kw, attention its two matmuls and softmax,
 normalisations 5 per element, reductions 1 per input element, elementwise 1 per
-element, layout and view ops 0). Memory: the arena the planner places.
+element, layout and view ops 0); a value copied twice costs twice. Memory: the arena
+the planner places.
 
 Steps:
 1. plan the graph keeping every value (today's program, scheduled for the lowest
@@ -12,31 +13,34 @@ Steps:
 2. build the memory model (planner/remat.py: the planner's liveness on the program
    order, views resolved, no in-place writes) and scale the budget by the model's to
    the planner's keep-everything peak (the model does not see reinplacing);
-3. solve the integer program (planner/remat_milp.py, HiGHS under a node limit) and
-   the greedy heuristic for a model budget (first the scaled one), and take the point
-   of fewer FLOPs (the integer program on a tie);
+3. solve the integer program (planner/remat_milp.py, HiGHS under a node limit: a
+   value may be recomputed several times, freed in between) and the heuristic (greedy,
+   relaxing from the least memory, and the segment-checkpointing family) for a model
+   budget (first the scaled one), and take the point of fewer FLOPs (the integer
+   program on a tie);
 4. rewrite (copies emitted before their backward readers), schedule, plan, and bisect
    the model budget on whether the placed arena fits (MAX_ATTEMPTS points at most),
    keeping the fitting point of fewest FLOPs;
 5. plan the fixed fallbacks too, checkpoint-every-layer (keep only the inputs of each
-   forward matmul and convolution) and recompute-every-candidate, and answer the
-   fitting point of fewest FLOPs (then smallest arena); if none fits, PlanError naming
-   the smallest arena among keep-all and the fallbacks: compiling with that budget
-   succeeds.
+   forward matmul and convolution, each recomputed segment copied once) and
+   recompute-all (every candidate recomputed, a fresh copy at each read: the least
+   memory the model knows), and answer the fitting point of fewest FLOPs (then smallest
+   arena); if none fits, PlanError naming the smallest arena among keep-all and the
+   fallbacks: compiling with that budget succeeds.
 Deterministic: every search counts work (HiGHS nodes, greedy evaluations), never time.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from attrs import evolve, frozen
 
 from tensorgraph.errors import PlanError
 from tensorgraph.ir.graph import Graph
 
-MAX_ATTEMPTS = 8
+MAX_ATTEMPTS = 5
 
 
 @frozen
@@ -47,7 +51,8 @@ class RematReport:
     `recomputed` and `kept` (the candidates, ids of the rewritten graph before the
     copies were added), the solver's proven `gap` (0.0: certified optimal for the
     model; None: no bound, as for the heuristic and the fallbacks), the placed
-    `arena` and the `keep_all_arena` (bytes), and `solve_seconds` (informative only)."""
+    `arena` and the `keep_all_arena` (bytes), `solve_seconds` (informative only) and
+    `copies`, the copies emitted (a value recomputed twice counts twice)."""
 
     budget: int
     method: str
@@ -58,6 +63,7 @@ class RematReport:
     arena: int
     keep_all_arena: int
     solve_seconds: float
+    copies: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """The report as JSON values (what `prog.save` stores; `from_dict` inverts it)."""
@@ -152,13 +158,24 @@ def compile_to_budget(
             arena,
             keep_arena,
             time.perf_counter() - started,
+            sum(len(e) for e in choice.emit.values()),
         )
 
     # Bisect the model budget between a target whose point is too large once placed
     # (`too_big`: keeping everything is) and one the model cannot meet (`too_small`),
     # then between the best fitting target and `too_big`: a larger target never costs
     # more FLOPs in the model, so the fitting point of the largest target wins.
-    too_small, too_big = 0, model.peak(frozenset())
+    placed: dict[frozenset, object] = {}
+
+    def plan(emit: Mapping[int, tuple[int, ...]]) -> object:
+        """The program of `emit`'s rewrite, planned once per distinct set of copies."""
+        key = frozenset(emit.items())
+        if key not in placed:
+            placed[key] = finish(rematerialize(rewritten, emit))
+        return placed[key]
+
+    everything = frozenset(model.candidates)
+    too_small, too_big = model.peak(everything, everything) - 1, model.peak(frozenset())
     best: tuple[RematChoice, object] | None = None
     fitting: int | None = None
     for attempt in range(MAX_ATTEMPTS):
@@ -173,24 +190,28 @@ def compile_to_budget(
             too_small = trial
             continue
         choice = min(found, key=lambda c: (c.flops, c.method != "milp"))
-        prog = finish(rematerialize(rewritten, choice.emit))
+        prog = plan(choice.emit)
         if prog.plan.arena_size > budget:
             too_big = trial
             continue
         fitting = trial
         if best is None or choice.flops < best[0].flops:
             best = (choice, prog)
+    # The fallbacks, planned only where they could win: when nothing fits yet, or with
+    # fewer FLOPs than the point found.
     fits: list[tuple[RematChoice, object]] = [] if best is None else [best]
     smallest, how = keep_arena, "keep-all"
-    for method, recompute in (
-        ("checkpoint-layers", checkpoint_layers(model)),
-        ("recompute-all", frozenset(model.candidates)),
+    for method, recompute, fresh in (
+        ("checkpoint-layers", checkpoint_layers(model), frozenset()),
+        ("recompute-all", everything, everything),
     ):
-        emit = model.latest_emission(recompute)
-        prog = finish(rematerialize(rewritten, emit))
+        emit = model.emissions(recompute, fresh)
+        flops = model.recompute_cost(recompute, emit)
+        if best is not None and flops > best[0].flops:
+            continue
+        prog = plan(emit)
         arena = prog.plan.arena_size
         if arena <= budget:
-            flops = model.recompute_cost(recompute)
             fits.append((RematChoice(recompute, emit, flops, 0, method, None), prog))
         if arena < smallest:
             smallest, how = arena, method
@@ -218,19 +239,20 @@ def compile_checkpointed(graph: Graph, **options: object) -> object:
     rewritten, stats = _rewrite(graph, opts, False)
     model = build_model(rewritten, opts.alignment, opts.analyses)
     recompute = checkpoint_layers(model)
-    emit = model.latest_emission(recompute)
+    emit = model.emissions(recompute)
     prog = _finish(graph, rematerialize(rewritten, emit), stats, opts, None, False)
     kept = tuple(u for u in model.candidates if u not in emit)
     arena = prog.plan.arena_size
     report = RematReport(
         arena,
         "checkpoint-layers",
-        model.recompute_cost(recompute),
+        model.recompute_cost(recompute, emit),
         tuple(sorted(emit)),
         kept,
         None,
         arena,
         keep.plan.arena_size,
         0.0,
+        len(emit),
     )
     return evolve(prog, remat=report)

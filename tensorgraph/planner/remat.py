@@ -6,27 +6,34 @@ nodes its loss (`graph.returned[0]`) depends on, and a backward part, the others
 non-view forward node is a storage root; a backward node reading one, directly or
 through views, keeps it live from the forward to that read.
 
-Rematerialising root `u` (`rematerialize`): a copy of `u`'s node is emitted right
-before a backward node (its emission point, at the latest `u`'s first backward
-reader), reading the copies of its inputs that are recomputed too (emitted before it)
-and the original of the others; every backward read of `u`, and of a forward view of
-`u` (the view is copied onto `u`'s copy), reads the copy. The original then dies after
-its last forward reader. A copy computes the same op on the same values, so every
-output is bit for bit what the graph computed without it.
+Rematerialising root `u` (`rematerialize`): copies of `u`'s node are emitted right
+before backward nodes (its emission points, the first at the latest `u`'s first
+backward reader), each reading the latest copies of its inputs that are recomputed too
+(emitted before it) and the original of the others; every backward read of `u`, and of
+a forward view of `u` (the view is copied onto `u`'s copy), reads the latest copy
+emitted at or before it, so a copy lives from its emission through the last read it
+serves and a value may be recomputed several times, freed in between (Checkmate's
+multiple recomputation). The original dies after its last forward reader. A copy
+computes the same op on the same values, so every output is bit for bit what the graph
+computed without it.
 
 The memory model (`RematModel`) is the planner's liveness (planner/liveness.py) on the
 program order: a buffer is live from its producer's step through its last reader's
 step, and the peak is the most bytes live at one step. Forward roots are their own
 buffers (aligned size) with views resolved to them; every other buffer is the
 planner's, with its in-place writes (a backward value written over a forward root
-counts from the root's death on). Copies emitted before step `t`
-count as live at `t`, with their inputs. The model is an estimate where in-place writes
-change with the choice (tensorgraph/remat.py plans every point it takes and keeps only
-those whose placed arena fits).
+counts from the root's death on). A kept root lives from its step through its last
+reader (backward nodes and the copies reading it); a recomputed one through its last
+forward reader, and each of its copies from its emission step through the last read it
+serves. Copies emitted before step `t` count as live at `t`, with their inputs. The
+model is an estimate where in-place writes change with the choice
+(tensorgraph/remat.py plans every point it takes and keeps only those whose placed
+arena fits).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -55,7 +62,8 @@ class RematModel:
     step), `forward_last` (its last forward reader's step, or `born`), `first_use` /
     `last_use` (its backward readers' steps, or None), `baseline_end` (last step it is
     live when everything is kept), `inputs` (the forward roots it reads) and
-    `consumers` (the candidates reading it). `base[t]`: bytes live at step `t` in
+    `consumers` (the candidates reading it), `uses` (its backward readers' steps,
+    ascending; empty for non-candidates). `base[t]`: bytes live at step `t` in
     buffers other than the roots' own intervals the choice changes; `backward`: the
     steps of backward nodes (where copies may be emitted)."""
 
@@ -74,57 +82,109 @@ class RematModel:
     base: tuple[int, ...]
     backward: tuple[int, ...]
     view_root: Mapping[int, int]
+    uses: Mapping[int, tuple[int, ...]]
 
     @property
     def steps(self) -> int:
         return len(self.base)
 
-    def peak(self, recompute: frozenset[int] | set[int]) -> int:
-        """The model's peak (bytes) when the roots in `recompute` are recomputed, each
-        copy emitted as late as possible (`latest_emission`)."""
-        return int(self.profile(recompute, self.latest_emission(recompute)).max(initial=0))
+    def peak(
+        self, recompute: frozenset[int] | set[int], fresh: frozenset[int] | set[int] = frozenset()
+    ) -> int:
+        """The model's peak (bytes) when the roots in `recompute` are recomputed with the
+        copies `emissions(recompute, fresh)` places."""
+        return int(self.profile(recompute, self.emissions(recompute, fresh)).max(initial=0))
 
-    def latest_emission(self, recompute: frozenset[int] | set[int]) -> dict[int, int]:
-        """The step before which each needed copy is emitted: the earliest of its first
-        backward reader and the emissions of the recomputed candidates reading it. A
-        recomputed root nothing in the backward needs gets none."""
-        emit: dict[int, int] = {}
+    def emissions(
+        self, recompute: frozenset[int] | set[int], fresh: frozenset[int] | set[int] = frozenset()
+    ) -> dict[int, tuple[int, ...]]:
+        """The steps before which copies of each needed recomputed root are emitted. Its
+        reads are its backward readers and the emissions of the recomputed candidates
+        reading it; a root in `fresh` gets a copy at each step that reads it (freed after
+        that step: least memory, most FLOPs), any other one copy at the first, living
+        through the last (`latest_emission`). A root nothing reads gets none."""
+        emit: dict[int, tuple[int, ...]] = {}
         for u in sorted(recompute, key=lambda r: -self.born[r]):
-            points = [emit[v] for v in self.consumers[u] if v in emit]
-            if self.first_use[u] is not None:
-                points.append(self.first_use[u])
+            points = set(self.uses[u])
+            for v in self.consumers[u]:
+                points.update(emit.get(v, ()))
             if points:
-                emit[u] = min(points)
+                emit[u] = tuple(sorted(points)) if u in fresh else (min(points),)
         return emit
 
-    def profile(self, recompute: frozenset[int] | set[int], emit: Mapping[int, int]) -> np.ndarray:
-        """Bytes live at each step for `recompute` with copies emitted at `emit`."""
-        delta = np.zeros(self.steps + 1, dtype=np.int64)
-        live = np.array(self.base, dtype=np.int64)
+    def latest_emission(self, recompute: frozenset[int] | set[int]) -> dict[int, int]:
+        """The step before which each needed copy is emitted when each recomputed root
+        is copied once: the earliest of its first backward reader and the emissions of
+        the recomputed candidates reading it. A recomputed root nothing needs gets none."""
+        return {u: steps[0] for u, steps in self.emissions(recompute).items()}
 
-        def add(start: int, last: int, size: int) -> None:
-            if last >= start:
-                delta[start] += size
-                delta[last + 1] -= size
+    def profile(
+        self, recompute: frozenset[int] | set[int], emit: Mapping[int, int | Sequence[int]]
+    ) -> np.ndarray:
+        """Bytes live at each step for `recompute` with copies emitted at `emit` (a step
+        or the ascending steps of a root's copies), the copies emitted before a step
+        each at a sub-step of their own, in their roots' order, as `rematerialize` emits
+        them (a copy read only by the next copy dies once that is computed); a sub-step
+        counts the bytes its step does plus the copies live there. Precondition: each
+        read of a recomputed root (`emissions`' reads) comes at or after its first copy."""
+        points = {u: _steps(e) for u, e in emit.items()}
+        cluster: dict[int, list[int]] = {}
+        for u, steps in points.items():
+            for step in steps:
+                cluster.setdefault(step, []).append(u)
+        width = [1] * self.steps
+        for step, members in cluster.items():
+            members.sort(key=self.born.__getitem__)
+            width[step] += len(members)
+        start = [0] * self.steps  # the first sub-step of each step
+        for t in range(1, self.steps):
+            start[t] = start[t - 1] + width[t - 1]
+        node = [start[t] + width[t] - 1 for t in range(self.steps)]  # the step's own node
+        slot = {(u, step): start[step] + k for step, m in cluster.items() for k, u in enumerate(m)}
+        total = node[-1] + 1 if self.steps else 0
+        delta = [0] * (total + 1)
+        live = np.repeat(np.asarray(self.base, dtype=np.int64), width)
 
         for u in self.roots:
-            kept = u not in recompute
-            end = self.baseline_end[u] if kept else self.forward_last[u]
-            for v in self.consumers[u]:
-                if v in recompute and v in emit and kept:
-                    end = max(end, emit[v])
-            add(self.born[u], end, self.size[u])
-            if u in emit:
-                last = self.last_use[u] if self.last_use[u] is not None else emit[u]
-                for v in self.consumers[u]:
-                    if v in emit:
-                        last = max(last, emit[v])
-                add(emit[u], last, self.size[u])
-        return live + np.cumsum(delta)[: self.steps]
+            size = self.size[u]
+            late = [
+                slot[(v, e)] for v in self.consumers[u] if v in recompute for e in points.get(v, ())
+            ]
+            if u not in recompute:
+                delta[node[self.born[u]]] += size
+                delta[max([node[self.baseline_end[u]], *late]) + 1] -= size
+                continue
+            delta[node[self.born[u]]] += size
+            delta[node[self.forward_last[u]] + 1] -= size
+            reads = sorted([node[r] for r in self.uses[u]] + late)
+            copies = [slot[(u, e)] for e in points.get(u, ())]
+            for k, first in enumerate(copies):
+                stop = copies[k + 1] if k + 1 < len(copies) else total + 1
+                # The last read before the next copy (reads after `first` only).
+                j = bisect_left(reads, stop) - 1
+                last = reads[j] if j >= 0 and reads[j] > first else first
+                delta[first] += size
+                delta[last + 1] -= size
+        return live + np.cumsum(np.asarray(delta, dtype=np.int64))[: len(live)]
 
-    def recompute_cost(self, recompute: frozenset[int] | set[int]) -> int:
-        """FLOPs of the copies `rematerialize` emits for `recompute`."""
-        return sum(self.cost[u] for u in self.latest_emission(recompute))
+    def recompute_cost(
+        self,
+        recompute: frozenset[int] | set[int],
+        emit: Mapping[int, int | Sequence[int]] | None = None,
+    ) -> int:
+        """FLOPs of the copies `rematerialize` emits for `recompute` (at `emit`, by
+        default one copy per needed root, `latest_emission`)."""
+        emit = self.latest_emission(recompute) if emit is None else emit
+        return sum(self.cost[u] * len(_steps(e)) for u, e in emit.items())
+
+
+def _steps(emit: int | Sequence[int] | None) -> tuple[int, ...]:
+    """A root's emission steps, ascending, from one step or several."""
+    if emit is None:
+        return ()
+    if isinstance(emit, int):
+        return (emit,)
+    return tuple(sorted(emit))
 
 
 def _root(graph: Graph, node: Node, root: dict[int, int]) -> int:
@@ -212,6 +272,7 @@ def build_model(
         base=tuple(int(x) for x in np.cumsum(base)[:steps]),
         backward=backward,
         view_root=root,
+        uses={u: tuple(sorted(set(uses[u]))) if u in chosen else () for u in roots},
     )
 
 
@@ -222,44 +283,46 @@ def _aliasing(graph: Graph, analyses: Sequence[str], alignment: int) -> Aliasing
     return analyze_aliasing(graph, order, tuple(analyses), alignment=alignment)
 
 
-def rematerialize(graph: Graph, emit: Mapping[int, int]) -> Graph:
+def rematerialize(graph: Graph, emit: Mapping[int, int | Sequence[int]]) -> Graph:
     """`graph` with a copy of each root `u` in `emit` emitted right before the node at
-    step `emit[u]` (a backward node), copies at one step in their roots' order; every
-    backward read of `u` or of a forward view of `u` reads the copy (views are copied
-    onto it), and a copy reads the copies of its recomputed inputs. Preserves every
-    output bit for bit (a copy is the same op on the same values); precondition: each
-    copy's emission is no later than its first backward reader and than the emission
-    of every copy reading it (`RematModel.latest_emission` gives such points)."""
+    each of its steps `emit[u]` (one step or several; backward nodes), copies at one
+    step in their roots' order; every backward read of `u` or of a forward view of `u`
+    reads the latest copy emitted at or before it (views are copied onto it), and a copy
+    reads the latest copies of its recomputed inputs. Preserves every output bit for
+    bit (a copy is the same op on the same values); precondition: each root's first
+    copy comes no later than its first backward reader and than the first copy of every
+    recomputed root reading it (`RematModel.emissions` gives such points)."""
     if not emit:
         return graph
     nodes = list(graph.nodes)
     pos = {n.id: k for k, n in enumerate(nodes)}
     at: dict[int, list[int]] = {}
-    for u, step in emit.items():
-        at.setdefault(step, []).append(u)
+    for u, steps in emit.items():
+        for step in _steps(steps):
+            at.setdefault(step, []).append(u)
     next_id = max(pos) + 1
-    copy: dict[int, int] = {}
-    forward_view: dict[int, int] = {}  # a forward view of a recomputed root -> its copy
+    copy: dict[int, int] = {}  # a recomputed root -> its latest copy
+    forward_view: dict[tuple[int, int], int] = {}  # (forward view, root's copy) -> its copy
     out: list[Node] = []
     root: dict[int, int] = {}
     for n in nodes:
         root[n.id] = _root(graph, n, root)
     forward = _forward_ids(graph)
-    first_backward = min(emit.values())
+    first_backward = min(at)
 
     def resolve(i: int) -> int:
         nonlocal next_id
         if i in copy:
             return copy[i]
-        if i in forward_view:
-            return forward_view[i]
         if i in forward and root[i] != i and root[i] in copy:
-            node = graph.node(i)
-            source = resolve(node.inputs[0])
-            out.append(evolve(node, id=next_id, inputs=(source, *node.inputs[1:])))
-            forward_view[i] = next_id
-            next_id += 1
-            return forward_view[i]
+            key = (i, copy[root[i]])
+            if key not in forward_view:
+                node = graph.node(i)
+                source = resolve(node.inputs[0])
+                out.append(evolve(node, id=next_id, inputs=(source, *node.inputs[1:])))
+                forward_view[key] = next_id
+                next_id += 1
+            return forward_view[key]
         return i
 
     for k, n in enumerate(nodes):

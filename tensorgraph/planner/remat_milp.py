@@ -3,32 +3,40 @@
 
 The program is Checkmate's (Jain et al., "Checkmate: Breaking the Memory Wall with
 Optimal Tensor Rematerialization", MLSys 2020: R[t, i] compute, S[t, i] keep, memory
-rows per stage) restricted to the fixed program order of `RematModel` (planner/remat.py),
-as Moccasin (Bartan et al., ICML 2023) restricts it to O(n) intervals per value: each
-forward value is computed once in the forward and at most once more, by a copy emitted
-before a backward step; stages are the steps of the program order, merged where no
-decision can change what is live.
+rows per stage) on the fixed program order of `RematModel` (planner/remat.py), with
+multiple recomputation: a forward value may be copied before any backward step that
+reads a candidate (an event), as often as it pays, each copy freed after the last read
+it serves. Stages are the events; the steps between two events are merged where no
+decision changes what is live.
 
-Variables, per candidate `u` and stage `j`:
-- `r[u]` (binary): `u` is recomputed; the objective is the sum of `cost[u] * r[u]`
-  (FLOPs, planner/flops.py);
-- `a[u, j]` (binary, backward stages): `u`'s copy is emitted by stage `j`; monotone in
-  `j`, at most `r[u]`, 1 at `u`'s first backward reader if recomputed, and set no later
-  than the copy of any recomputed candidate reading `u`;
-- `keep[u, j]`, `copy[u, j]` in [0, 1]: the original, and the copy, live at stage `j`,
-  bounded below by what reads them there (a kept value until its last backward reader
-  and until each recomputed reader's copy is emitted; a copy from its emission through
-  its last backward reader and its readers' emissions).
-The memory row of each stage: the bytes live in buffers the choice does not touch (the
-stage's largest), plus `size[u] * (keep[u, j] + copy[u, j])`, at most the budget.
+Variables, per tracked root `u` (the candidates and the roots they read) and event `j`
+up to the last at which `u` may be read:
+- `r[u]` (binary, candidates): `u` is recomputed, its original dead after its last
+  forward reader;
+- `R[u, j]` (binary): a copy of `u` is emitted before event `j` (at most `r[u]`); the
+  objective is the sum of `cost[u] * R[u, j]` (FLOPs, planner/flops.py);
+- `S[u, j]` in [0, 1]: a copy emitted before an earlier event is still live at `j`
+  (at most `S[u, j-1] + R[u, j-1]`);
+- `O[u, j]` in [0, 1]: the original is live at `j` (at most `1 - r[u]`, and no more
+  than at `j-1`: it cannot revive).
+A backward read of `u` at event `j` needs `O + S + R >= 1` there, and a copy of `v`
+emitted at `j` needs each root it reads live the same way. Memory rows: at each event,
+the fixed bytes (the buffers the choice does not touch and each root's interval through
+its last forward reader, or for other roots through its last reader) plus
+`size[u] * (O + S + R)`; between events, the fixed bytes plus `size[u] * (O + S)` of
+the next event. Every copy emitted before an event counts there at once, an upper bound
+on the rewrite's liveness (which frees a copy read only by the next copy once that is
+computed, as `RematModel.profile` counts): a point the program answers fits the model.
 
 The solver runs deterministically under a node limit (branch-and-bound nodes, not
-seconds): the same graph and budget give the same answer on any machine. Its proven gap
+seconds) and only on programs of at most MAX_VARIABLES variables (its work budget):
+the same graph and budget give the same answer on any machine. Its proven gap
 is (incumbent - dual bound) / incumbent, 0 when the point is certified optimal.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 
 import numpy as np
@@ -39,9 +47,14 @@ from scipy.sparse import coo_array
 from tensorgraph.planner.remat import RematModel
 
 # Branch-and-bound nodes HiGHS may explore before it answers its best point and bound.
-DEFAULT_NODE_LIMIT = 2000
-# Integer programs above this many variables go to the heuristic alone.
-MAX_VARIABLES = 60_000
+DEFAULT_NODE_LIMIT = 500
+# Integer programs above this many variables go to the heuristic alone: the solver's
+# work budget. HiGHS's node limit does not bound its root (cuts, sub-MIP heuristics),
+# which took over 60 s on the small GPT-2's 3,543 variables on the shared 2-core
+# machine; the zoo MLP's program is far below this and solves in well under a second.
+MAX_VARIABLES = 2_000
+# Model evaluations (peak profiles) the heuristic may spend.
+DEFAULT_GREEDY_WORK = 1_000
 
 
 @frozen
@@ -51,62 +64,49 @@ class RematChoice:
     (None: no bound, as for the heuristic)."""
 
     recompute: frozenset[int]
-    emit: Mapping[int, int]
+    emit: Mapping[int, tuple[int, ...]]
     flops: int
     peak: int
     method: str
     gap: float | None
 
 
-def _horizons(model: RematModel) -> dict[int, int]:
-    """The latest step a candidate's copy can be emitted at: its first backward reader,
-    or (read only by other copies) the latest of its readers' horizons."""
-    horizon: dict[int, int] = {}
-    for u in reversed(model.candidates):
-        first = model.first_use[u]
-        later = [horizon[v] for v in model.consumers[u] if v in horizon]
-        if first is not None:
-            horizon[u] = first
-        elif later:
-            horizon[u] = max(later)
-    return horizon
-
-
 def solve_milp(
     model: RematModel, budget: int, node_limit: int = DEFAULT_NODE_LIMIT
 ) -> RematChoice | None:
-    """The least-FLOPs recompute set whose model peak is at most `budget` bytes, or None
-    when the program is infeasible, too large (MAX_VARIABLES) or finds no point within
-    `node_limit` nodes."""
+    """The least-FLOPs copies (see the module docstring) whose model peak is at most
+    `budget` bytes, or None when the program is infeasible, too large (MAX_VARIABLES)
+    or finds no point within `node_limit` nodes."""
     cands = model.candidates
     is_cand = set(cands)
-    horizon = _horizons(model)
-    backward = sorted(
-        {s for u in cands for s in (model.first_use[u], model.last_use[u]) if s is not None}
-        | set(horizon.values())
+    tracked = sorted(
+        is_cand | {i for v in cands for i in model.inputs[v]}, key=model.born.__getitem__
     )
-    # Emission points: the backward steps reading a candidate.
-    emission = sorted({p for p in _reader_steps(model)} | set(backward))
-    if not emission:
+    events = sorted({s for u in cands for s in model.uses[u]})
+    # Bytes in units of the largest root and FLOPs in units of the dearest: HiGHS's
+    # numerics (ranges near 1) and cuts work far better than on raw bytes and FLOPs.
+    unit = float(max(model.size[u] for u in tracked))
+    if not events:
         return None
-    first_backward = emission[0]
+    index = {s: j for j, s in enumerate(events)}
+    # The last event at which a root may be read: its backward readers', and those at
+    # which a recomputed candidate reading it may be copied.
+    last_need: dict[int, int] = {}
+    for u in reversed(tracked):
+        needs = [index[s] for s in model.uses[u]]
+        needs += [last_need[v] for v in model.consumers[u] if v in last_need]
+        if needs:
+            last_need[u] = max(needs)
     const_end = {
         u: model.forward_last[u] if u in is_cand else model.baseline_end[u] for u in model.roots
     }
-    marks = {0, model.steps}
+    # Bytes live at each step whatever the choice: the other buffers and each root's
+    # interval from its step through `const_end`.
+    delta = np.zeros(model.steps + 1, dtype=np.int64)
     for u in model.roots:
-        marks.update((model.born[u], const_end[u] + 1))
-        if model.last_use.get(u) is not None:
-            marks.add(model.last_use[u] + 1)
-    for e in emission:
-        marks.update((e, e + 1))
-    starts = sorted(m for m in marks if 0 <= m < model.steps)
-    bounds = [*starts[1:], model.steps]
-    base = np.asarray(model.base, dtype=np.int64)
-    seg_base = [int(base[s:e].max()) for s, e in zip(starts, bounds, strict=True)]
-    seg_of = {s: j for j, s in enumerate(starts)}
-    segs = range(len(starts))
-    back = [j for j in segs if starts[j] >= first_backward]
+        delta[model.born[u]] += model.size[u]
+        delta[const_end[u] + 1] -= model.size[u]
+    fixed = np.asarray(model.base, dtype=np.int64) + np.cumsum(delta)[: model.steps]
 
     names: dict[tuple, int] = {}
     integral: list[int] = []
@@ -117,134 +117,142 @@ def solve_milp(
             integral.append(1 if binary else 0)
         return names[key]
 
-    rows: list[tuple[dict[int, float], float, float]] = []
-    for u in cands:
-        var(("r", u), True)
-    for u in cands:
-        r = names[("r", u)]
-        if u not in horizon:
-            continue
-        prev = None
-        for j in back:
-            if starts[j] > horizon[u]:
-                break
-            a = var(("a", u, j), True)
-            rows.append(({a: 1, r: -1}, -np.inf, 0))
-            if prev is not None:
-                rows.append(({prev: 1, a: -1}, -np.inf, 0))
-            prev = a
-        if model.first_use[u] is not None:
-            rows.append(({names[("a", u, seg_of[model.first_use[u]])]: 1, r: -1}, 0, np.inf))
-
-    # A copy is emitted no later than the copy of a recomputed candidate reading it.
-    for u in cands:
-        for v in model.consumers[u]:
-            for j in back:
-                a, b = names.get(("a", u, j)), names.get(("a", v, j))
-                if a is not None and b is not None:
-                    rows.append(({a: 1, b: -1, names[("r", u)]: -1}, -1, np.inf))
-
-    def a_at(v: int, j: int) -> int | None:
-        """a[v, j], or None when 0 (before the backward) or past v's horizon (then 1
-        if v is recomputed: emitted by its horizon)."""
-        return names.get(("a", v, j))
-
-    memory: list[dict[int, float]] = [{} for _ in segs]
-    for u in model.roots:
-        size = model.size[u]
-        ru = names.get(("r", u))
-        readers_u = [v for v in model.consumers[u] if v in horizon]
-        last = model.last_use.get(u) if u in is_cand else None
-        for j in segs:
-            s = starts[j]
-            if s <= const_end[u] or s < model.born[u]:
-                continue
-            # The original.
-            terms: list[tuple[dict[int, float], float]] = []
-            if last is not None and s <= last:
-                terms.append(({ru: 1}, 1.0))  # keep + r >= 1
-            for v in readers_u:
-                if s > horizon[v]:
-                    continue
-                row = {names[("r", v)]: -1.0}
-                if ru is not None:
-                    row[ru] = row.get(ru, 0) + 1.0
-                prev = a_at(v, j - 1) if j > 0 else None
-                if prev is not None:
-                    row[prev] = 1.0
-                terms.append((row, 0.0))
-            if terms:
-                k = var(("keep", u, j), False)
-                for row, lb in terms:
-                    rows.append(({k: 1, **row}, lb, np.inf))
-                memory[j][k] = memory[j].get(k, 0) + size
-        if u not in horizon:
-            continue
-        for j in back:
-            s = starts[j]
-            a = a_at(u, j)
-            if a is None:
-                continue
-            terms = []
-            if last is not None and s <= last:
-                terms.append(({a: -1}, 0.0))
-            for v in readers_u:
-                if s > horizon[v]:
-                    continue
-                row = {a: -1.0, names[("r", v)]: -1.0}
-                prev = a_at(v, j - 1)
-                if prev is not None:
-                    row[prev] = 1.0
-                terms.append((row, -1.0))
-            if terms:
-                c = var(("copy", u, j), False)
-                for row, lb in terms:
-                    rows.append(({c: 1, **row}, lb, np.inf))
-                memory[j][c] = memory[j].get(c, 0) + size
-    # The forward part of each root: live from its birth through const_end.
-    for j in segs:
-        s = starts[j]
-        fixed = sum(model.size[u] for u in model.roots if model.born[u] <= s <= const_end[u])
-        cap = budget - seg_base[j] - fixed
-        if cap < 0:
+    def orig(u: int, j: int) -> int | None:
+        """O[u, j], or None when the original is live at event j whatever the choice."""
+        if events[j] <= const_end[u]:
             return None
-        if memory[j]:
-            rows.append((memory[j], -np.inf, cap))
+        return var(("O", u, j), False)
+
+    rows: list[tuple[dict[int, float], float, float]] = []
+    avail: dict[tuple[int, int], dict[int, float]] = {}  # (u, j) -> terms >= 1 when live
+    for u in tracked:
+        if u not in last_need:
+            continue
+        r = var(("r", u), True) if u in is_cand else None
+        prev_o = None
+        for j in range(last_need[u] + 1):
+            terms: dict[int, float] = {}
+            o = orig(u, j)
+            if o is None:
+                avail[(u, j)] = {}
+                continue
+            terms[o] = 1.0
+            if r is not None:
+                rows.append(({o: 1, r: 1}, -np.inf, 1))  # a recomputed original is dead
+                c = var(("R", u, j), True)
+                rows.append(({c: 1, r: -1}, -np.inf, 0))
+                terms[c] = 1.0
+                if j > 0 and ("R", u, j - 1) in names:
+                    s = var(("S", u, j), False)
+                    row = {s: 1.0, names[("R", u, j - 1)]: -1.0}
+                    if ("S", u, j - 1) in names:
+                        row[names[("S", u, j - 1)]] = -1.0
+                    rows.append((row, -np.inf, 0))  # a carried copy was live before
+                    terms[s] = 1.0
+            if prev_o is not None:
+                rows.append(({o: 1, prev_o: -1}, -np.inf, 0))  # the original cannot revive
+            prev_o = o
+            avail[(u, j)] = terms
+    for u in cands:
+        for s in model.uses[u]:
+            terms = avail.get((u, index[s]))
+            if terms:
+                rows.append((dict(terms), 1, np.inf))
+        for v in model.consumers[u]:
+            for j in range(last_need.get(v, -1) + 1):
+                terms = avail.get((u, j))
+                if terms and ("R", v, j) in names:
+                    rows.append(
+                        ({**{k: -x for k, x in terms.items()}, names[("R", v, j)]: 1}, -np.inf, 0)
+                    )
+    for v in cands:  # inputs that are not candidates: their original must be live
+        for u in model.inputs[v]:
+            if u in is_cand:
+                continue
+            for j in range(last_need.get(v, -1) + 1):
+                terms = avail.get((u, j))
+                if terms and ("R", v, j) in names:
+                    rows.append(
+                        ({**{k: -x for k, x in terms.items()}, names[("R", v, j)]: 1}, -np.inf, 0)
+                    )
+    # Memory rows: each event step (originals, carried copies and the copies emitted
+    # before it) and the stretches between events (originals and carried copies), split
+    # where a root's fixed interval ends; before the first event, the kept originals.
+    marks = sorted({const_end[u] + 1 for u in tracked} | set(events) | {e + 1 for e in events})
+    for j, step in enumerate([*events, model.steps]):
+        lo = events[j - 1] + 1 if j > 0 else 0
+        cuts = [lo, *[m for m in marks if lo < m < step], step]
+        for start, stop in itertools.pairwise(cuts):
+            if start >= stop:
+                continue
+            row: dict[int, float] = {}
+            for u in tracked:
+                if j < len(events) and const_end[u] < start and ("O", u, j) in names:
+                    k = names[("O", u, j)]
+                    row[k] = row.get(k, 0) + model.size[u]
+                if j < len(events) and ("S", u, j) in names:
+                    k = names[("S", u, j)]
+                    row[k] = row.get(k, 0) + model.size[u]
+            cap = budget - int(fixed[start:stop].max())
+            if cap < 0:
+                return None
+            if row:
+                rows.append(({k: x / unit for k, x in row.items()}, -np.inf, cap / unit))
+        if j < len(events):
+            row = {}
+            for u in tracked:
+                for key in (("O", u, j), ("S", u, j), ("R", u, j)):
+                    if key in names:
+                        row[names[key]] = row.get(names[key], 0) + model.size[u]
+            cap = budget - int(fixed[step])
+            if cap < 0:
+                return None
+            if row:
+                rows.append(({k: x / unit for k, x in row.items()}, -np.inf, cap / unit))
     n = len(names)
     if n > MAX_VARIABLES:
         return None
+    price = float(max(1, *(model.cost[u] for u in cands)))
     cost = np.zeros(n)
-    for u in cands:
-        cost[names[("r", u)]] = model.cost[u]
-    data, ri, ci, lo, hi = [], [], [], [], []
+    for key, k in names.items():
+        if key[0] == "R":
+            cost[k] = model.cost[key[1]] / price
+    data, ri, ci, lo_b, hi_b = [], [], [], [], []
     for k, (row, lb, ub) in enumerate(rows):
         for col, val in row.items():
             ri.append(k)
             ci.append(col)
             data.append(val)
-        lo.append(lb)
-        hi.append(ub)
+        lo_b.append(lb)
+        hi_b.append(ub)
     matrix = coo_array((data, (ri, ci)), shape=(len(rows), n)).tocsr()
     result = milp(
         cost,
         integrality=np.array(integral),
         bounds=(np.zeros(n), np.ones(n)),
-        constraints=LinearConstraint(matrix, lo, hi) if rows else (),
+        constraints=LinearConstraint(matrix, lo_b, hi_b) if rows else (),
         options={"node_limit": node_limit, "mip_rel_gap": 0.0, "presolve": True},
     )
     if result.x is None:
         return None
     x = result.x
     recompute = frozenset(u for u in cands if x[names[("r", u)]] > 0.5)
-    emit: dict[int, int] = {}
-    needed = set(model.latest_emission(recompute))
-    for u in needed:
-        firsts = [starts[j] for j in back if ("a", u, j) in names and x[names[("a", u, j)]] > 0.5]
-        emit[u] = min(firsts) if firsts else model.latest_emission(recompute)[u]
-    flops = sum(model.cost[u] for u in emit)
+    emit = {
+        u: steps
+        for u in recompute
+        if (
+            steps := tuple(
+                s
+                for j, s in enumerate(events)
+                if ("R", u, j) in names and x[names[("R", u, j)]] > 0.5
+            )
+        )
+    }
+    flops = model.recompute_cost(recompute, emit)
     peak = int(model.profile(recompute, emit).max(initial=0))
     bound = getattr(result, "mip_dual_bound", None)
-    objective = float(result.fun)
+    objective = float(result.fun) * price
+    bound = None if bound is None else float(bound) * price
     if result.status == 0:
         gap = 0.0
     elif bound is None or objective <= 0:
@@ -254,40 +262,93 @@ def solve_milp(
     return RematChoice(recompute, emit, flops, peak, "milp", gap)
 
 
-def _reader_steps(model: RematModel) -> set[int]:
-    steps: set[int] = set()
-    for u in model.candidates:
-        if model.first_use[u] is not None:
-            steps.update((model.first_use[u], model.last_use[u]))
-    return steps
+def solve_greedy(
+    model: RematModel, budget: int, work: int = DEFAULT_GREEDY_WORK
+) -> RematChoice | None:
+    """A fast deterministic point, the fewest FLOPs of the searches whose model peak
+    fits `budget` (each counts model evaluations against `work`, never time):
 
+    - adding: candidates by FLOPs per byte (cheapest first, then program order), each
+      copied once, until the peak fits, then dropping each added one, the most
+      expensive first, whose removal still fits;
+    - segments: checkpointing every k-th layer input (`checkpoint_layers`, k = 1, 2,
+      ...: the sqrt(n) family of Chen et al.), the rest copied once or at each read;
+    - relaxing: from the least memory the model knows (every candidate recomputed, a
+      fresh copy at each read), and then from each point above, repeatedly take the
+      move saving the most FLOPs (its own copies' estimate) that still fits: copy a
+      root once instead of at each read, or keep it.
 
-def solve_greedy(model: RematModel, budget: int) -> RematChoice | None:
-    """A fast deterministic point: add candidates by FLOPs per byte (cheapest first,
-    then program order) until the model peak fits `budget`, then drop each added one,
-    the most expensive first, whose removal still fits. None when recomputing every
-    candidate does not fit."""
+    None when even the least-memory point does not fit."""
+    from tensorgraph.planner.remat import checkpoint_layers
+
+    spent = 0
+
+    def fits(recompute: frozenset[int], fresh: frozenset[int]) -> bool:
+        nonlocal spent
+        spent += 1
+        return model.peak(recompute, fresh) <= budget
+
+    points: list[tuple[frozenset[int], frozenset[int]]] = []
+    everything = frozenset(model.candidates)
+    if not fits(everything, everything):
+        return None
+    # Adding, each root copied once.
     order = sorted(model.candidates, key=lambda u: (model.cost[u] / model.size[u], u))
     chosen: list[int] = []
-    peak = model.peak(frozenset())
+    ok = fits(frozenset(), frozenset())
     for u in order:
-        if peak <= budget:
+        if ok or spent >= work:
             break
         chosen.append(u)
-        peak = model.peak(frozenset(chosen))
-    if peak > budget:
-        return None
-    kept = set(chosen)
-    for u in sorted(chosen, key=lambda v: (-model.cost[v], v)):
-        trial = frozenset(kept - {u})
-        if model.peak(trial) <= budget:
-            kept = set(trial)
-    recompute = frozenset(kept)
-    emit = model.latest_emission(recompute)
+        ok = fits(frozenset(chosen), frozenset())
+    if ok:
+        kept = set(chosen)
+        for u in sorted(chosen, key=lambda v: (-model.cost[v], v)):
+            if spent >= work:
+                break
+            if fits(frozenset(kept - {u}), frozenset()):
+                kept.discard(u)
+        points.append((frozenset(kept), frozenset()))
+    # Segments.
+    layer_inputs = [u for u in model.candidates if u not in checkpoint_layers(model)]
+    for k in range(1, len(layer_inputs) + 1):
+        recompute = everything - frozenset(layer_inputs[::k])
+        for fresh in (frozenset(), recompute):
+            if spent < work and fits(recompute, fresh):
+                points.append((recompute, fresh))
+
+    # Relaxing, from the least-memory point first, then from each point found above.
+    def relax(recompute: frozenset[int], fresh: frozenset[int]) -> tuple:
+        while spent < work:
+            emit = model.emissions(recompute, fresh)
+            moves = []
+            for u in recompute:
+                copies = len(emit.get(u, ()))
+                if u in fresh and copies > 1:
+                    moves.append((model.cost[u] * (copies - 1), u, recompute, fresh - {u}))
+                moves.append((model.cost[u] * copies, u, recompute - {u}, fresh - {u}))
+            moves.sort(key=lambda m: (-m[0], m[1]))
+            for _, _, r, f in moves:
+                if spent >= work:
+                    return recompute, fresh
+                if fits(r, f):
+                    recompute, fresh = r, f
+                    break
+            else:
+                break
+        return recompute, fresh
+
+    points = [relax(everything, everything), *(relax(*p) for p in points)]
+
+    def price(point: tuple[frozenset[int], frozenset[int]]) -> int:
+        return model.recompute_cost(point[0], model.emissions(*point))
+
+    recompute, fresh = min(points, key=lambda p: (price(p), sorted(p[0]), sorted(p[1])))
+    emit = model.emissions(recompute, fresh)
     return RematChoice(
         recompute,
         emit,
-        model.recompute_cost(recompute),
+        model.recompute_cost(recompute, emit),
         int(model.profile(recompute, emit).max(initial=0)),
         "greedy",
         None,
