@@ -1,6 +1,6 @@
 """`compile`: the one driver of the pipeline, and the `Program` it produces.
 
-    rewrites (dce -> cse -> fold)            change the computation, keep every output
+    rewrites (dce -> cse -> fold -> transposed_matmul)  change the computation, keep every output
     -> schedule                              an order of the nodes (memory-aware)
     -> alias analysis for that order         views, reinplacing -> Aliasing
     -> liveness -> offsets -> verify_plan    one liveness analysis; the plan proven safe
@@ -31,7 +31,15 @@ from tensorgraph.planner.parametric import ParametricPlan
 from tensorgraph.planner.plan import MemoryPlan
 from tensorgraph.remat import RematReport
 
-DEFAULT_PASSES = ("dce", "cse", "fold", "view_alias", "copy_elim", "reinplace")
+DEFAULT_PASSES = (
+    "dce",
+    "cse",
+    "fold",
+    "transposed_matmul",
+    "view_alias",
+    "copy_elim",
+    "reinplace",
+)
 # Other names a pass list may use: DESIGN.md calls copy elimination the "concat" analysis.
 PASS_ALIASES = {"concat": "copy_elim"}
 BACKENDS = ("mlx", "numpy", "arena")
@@ -378,7 +386,7 @@ def compile(
     Given a dict of entry name -> Graph, compile them together into a `MultiProgram`
     sharing weights, state region and arena (tensorgraph/multi.py).
 
-    `passes` names the rewrites (dce, cse, fold) and alias analyses (view_alias,
+    `passes` names the rewrites (dce, cse, fold, transposed_matmul) and alias analyses (view_alias,
     copy_elim, reinplace) to run, in any order (the compiler fixes theirs; repeats are ignored).
     `planner` is the offset algorithm; `alignment` (bytes, a power of two, as on the
     command line) applies to every buffer

@@ -476,3 +476,41 @@ def symbolic_graphs(draw: st.DrawFn, max_ops: int = 8) -> tuple[tg.Graph, object
         return build_symbolic(_Choices(None, recorded.values), (seq, kv), max_ops)
 
     return graph, rebuild
+
+
+@st.composite
+def transposed_matmul_graphs(draw: st.DrawFn) -> tuple[tg.Graph, int, int]:
+    """(graph, matmuls of a transposed operand, transposes only those matmuls read): 1-3
+    products `a @ swapaxes(w, -1, -2)` of batched operands (rank 2-4, batch axes that
+    broadcast), some through a reshape that regroups the transpose's batch axes, w an
+    input, a param or a bound param, and the transpose sometimes also read by another
+    op or returned; plus a matmul of a transpose that swaps other axes (not rewritten)."""
+    g = tg.Graph("transposed_matmuls")
+    outs, absorbed, dropped = [], 0, 0
+    for k in range(draw(st.integers(1, 3))):
+        m, n, inner = (draw(st.integers(1, 4)) for _ in range(3))
+        batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+        a = g.input(f"a{k}", (*batch, m, inner), tg.float32)
+        w_shape = (*batch[len(batch) - draw(st.integers(0, len(batch))) :], n, inner)
+        kind = draw(st.sampled_from(("input", "param", "bound")))
+        w = (g.input if kind == "input" else g.param)(f"w{k}", w_shape, tg.float32)
+        if kind == "bound":
+            g.param_values[f"w{k}"] = np.linspace(-1, 1, int(np.prod(w_shape)), dtype=np.float32)
+            g.param_values[f"w{k}"] = g.param_values[f"w{k}"].reshape(w_shape)
+        t = tg.swapaxes(w, -1, -2)
+        b = t
+        if len(w_shape) == 4 and draw(st.booleans()):  # regroup (B1, B2) into one axis
+            b = t.reshape(w_shape[0] * w_shape[1], inner, n)
+            a = a.reshape(-1, m, inner) if a.ndim == 4 else a
+        outs.append(tg.tanh(a @ b))
+        absorbed += 1
+        shared = draw(st.sampled_from(("only", "read", "returned")))
+        if shared == "read":
+            outs.append(tg.exp(tg.tanh(t)))
+        elif shared == "returned":
+            outs.append(t)
+        dropped += shared == "only"
+    y = g.input("y", (4, 3, 2), tg.float32)  # (1, 0, 2) keeps the last axis: no rewrite
+    outs.append(tg.tanh(g.input("x", (3, 2, 4), tg.float32) @ tg.transpose(y, (1, 0, 2))))
+    g.output(*outs)
+    return g, absorbed, dropped

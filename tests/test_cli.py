@@ -93,7 +93,9 @@ def test_compile_prints_the_summary_and_writes_plot_and_json(tmp_path) -> None:
         "live at the peak step",  # from --report
     ):
         assert word in result.stdout
-    assert summary_passes(result.stdout) == ["dce", "fold", "view_alias", "copy_elim", "reinplace"]
+    assert summary_passes(result.stdout) == [
+        "dce", "fold", "transposed_matmul", "view_alias", "copy_elim", "reinplace"
+    ]  # fmt: skip
     assert png_size(plot) == (1200, 600)
     document = json.loads(plan.read_text())
     arena_line = next(line for line in result.stdout.splitlines() if "  arena " in line)

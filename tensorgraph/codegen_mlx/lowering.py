@@ -167,6 +167,16 @@ def _matmul(node: Node, args: Sequence[mx.array]) -> mx.array:
     return _as(node, _integer_matmul(a2, b2, _accumulator(node)).reshape(node.shape))
 
 
+def _matmul_transposed(node: Node, args: Sequence[mx.array]) -> mx.array:
+    """a @ b.T as nn.Linear writes it: MLX's transpose is a strided view and its matmul
+    reads a transposed operand in place (BLAS's transpose flag), so no copy is made."""
+    a, b = (_as(node, x) for x in args)
+    b = mx.swapaxes(b, -1, -2)
+    if node.dtype.is_float:
+        return mx.matmul(a, b)
+    return _as(node, _integer_matmul(a, b, _accumulator(node)))
+
+
 def _pad_hw(x: mx.array, padding: tuple[int, int], value: object) -> mx.array:
     ph, pw = padding
     if not ph and not pw:
@@ -329,6 +339,7 @@ _TABLE: dict[str, Lowering] = {
     "logical_or": _compare(mx.logical_or),
     "where": lambda node, args: mx.where(args[0], _as(node, args[1]), _as(node, args[2])),
     "matmul": _matmul,
+    "matmul_transposed": _matmul_transposed,
     "sum": _reduce(mx.sum, 0),
     "mean": _reduce(mx.mean, math.nan),
     "max": _reduce(mx.max, 0),
@@ -362,7 +373,8 @@ def _lowered(op: str, lower: Lowering) -> Lowering:
     def run(node: Node, args: Sequence[mx.array]) -> mx.array:
         if math.prod(node.shape) == 0:
             return _filled(node, 0)
-        if op in ("matmul", "conv2d", "conv_transpose2d") and any(a.size == 0 for a in args):
+        contracts = op in ("matmul", "matmul_transposed", "conv2d", "conv_transpose2d")
+        if contracts and any(a.size == 0 for a in args):
             return _filled(node, 0)
         return lower(node, args)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensorgraph.importers.aten import Context, handles, require
+from tensorgraph.importers.patterns import grouped_product
 from tensorgraph.ir import api as tg
 from tensorgraph.ir.tensor import Tensor
 
@@ -37,7 +38,8 @@ def _addmm(
 
 @handles("mm", "bmm")
 def _matmul(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    return a @ b
+    grouped = grouped_product(a, b)  # attention written out over repeated kv heads
+    return a @ b if grouped is None else grouped
 
 
 # ---------------------------------------------------------------- convolution

@@ -192,6 +192,12 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     return emit("matmul", [a, b])
 
 
+def matmul_transposed(a: Tensor, b: Tensor) -> Tensor:
+    """a (..., M, K) @ swapaxes(b, -1, -2) for b (..., N, K): (broadcast batch, M, N),
+    as `x @ w.T` (nn.Linear's weight layout) reads b without a transposed copy."""
+    return emit("matmul_transposed", [a, b])
+
+
 # ---------------------------------------------------------------- reductions
 
 

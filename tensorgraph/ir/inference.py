@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import sympy
+from attrs import evolve
 
 from tensorgraph.errors import DTypeError, ShapeError
 from tensorgraph.ir.dims import always, canonical, is_static, require, undecided
@@ -151,6 +152,17 @@ def infer_matmul(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     if len(b.shape) == 1:
         shape = shape[:-1]
     return shape, promote_types(a.dtype, b.dtype)
+
+
+def infer_matmul_transposed(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """a (..., M, K) @ b (..., N, K) read as its transpose (..., K, N): matmul's rule on
+    b with its last two axes swapped; both operands need two axes or more."""
+    a, b = xs
+    for x in xs:
+        if len(x.shape) < 2:
+            raise ShapeError(f"matmul_transposed needs operands of rank >= 2 but got {x}")
+    swapped = evolve(b, label=f"{b.label}.T", shape=(*b.shape[:-2], b.shape[-1], b.shape[-2]))
+    return infer_matmul([a, swapped], attrs)
 
 
 def _check_axes(x: Operand, axes: tuple[int, ...]) -> None:

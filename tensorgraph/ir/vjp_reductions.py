@@ -3,6 +3,7 @@ registered on the ops in `OPS` on import.
 
 - matmul (NumPy's: 1-D operands promoted, batch dims broadcast): ga = g @ b^T and
   gb = a^T @ g, summed back over the batch dims each operand was broadcast along;
+  matmul_transposed (a @ b^T): ga = g @ b, gb = g^T @ a, likewise;
 - sum / mean: the cotangent broadcast back over the reduced axes (divided by the count,
   a run-time value when the axes hold a `tg.Dim`);
 - max / min: MLX's convention, the cotangent split evenly among the elements equal to the
@@ -99,7 +100,20 @@ def _cumsum(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> lis
     return [cast_to(reversed_sum, x.dtype)]
 
 
+def _matmul_transposed(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    """out = a @ b^T (both of rank >= 2): ga = g @ b, gb = g^T @ a, summed back over the
+    batch dims each operand was broadcast along."""
+    a, b = (cast_to(x, out.dtype) for x in inputs)
+    ga = unbroadcast(fn.matmul(g, b), a.shape)
+    gb = unbroadcast(fn.matmul(_swap(g), a), b.shape)
+    return [
+        cast_to(c, x.dtype) if x.dtype.is_float else None
+        for c, x in zip((ga, gb), inputs, strict=True)
+    ]
+
+
 register_vjp("matmul", _matmul)
+register_vjp("matmul_transposed", _matmul_transposed)
 register_vjp("sum", _sum)
 register_vjp("mean", _mean)
 register_vjp("max", _extremum)

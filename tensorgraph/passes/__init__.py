@@ -6,7 +6,9 @@ from tensorgraph.passes.cse import cse
 from tensorgraph.passes.dce import dce
 from tensorgraph.passes.fold import fold
 from tensorgraph.passes.result import PassResult
+from tensorgraph.passes.transposed_matmul import transposed_matmul
 
-REWRITES = {"dce": dce, "cse": cse, "fold": fold}  # in the order the compiler runs them
+# in the order the compiler runs them
+REWRITES = {"dce": dce, "cse": cse, "fold": fold, "transposed_matmul": transposed_matmul}
 
-__all__ = ["REWRITES", "PassResult", "cse", "dce", "fold"]
+__all__ = ["REWRITES", "PassResult", "cse", "dce", "fold", "transposed_matmul"]

@@ -29,7 +29,8 @@ nothing, and as a run-time value its buffer can be reused in place (a KV cache b
 computed from a bound value that stays held (read at run time elsewhere, or an output)
 never stores that data a second time: it folds only if it adds no bytes, or if it is
 small and smaller than the held sources (a tied embedding's transpose stays a run-time
-transpose of the one table, which MLX's matmul reads as a view); and a dropped source's
+transpose of the one table, which the transposed_matmul pass then folds into the matmul
+that reads it: no copy at all); and a dropped source's
 bytes offset only one folded value. Folding never grows the bytes a graph holds beyond
 `SMALL_FOLD` per folded value plus `GROWTH_SHARE` of its weights, and never by a held
 weight's bytes. A value whose shape or attributes hold a `tg.Dim` never folds here: its

@@ -69,6 +69,7 @@ FLOAT32_OPS = frozenset(
 REDUCED_OPS = frozenset(
     {
         "matmul",
+        "matmul_transposed",
         "quantized_matmul",
         "conv2d",
         "conv_transpose2d",

@@ -222,11 +222,12 @@ def _pass_table(stats: Mapping[str, Mapping[str, object]]) -> list[str]:
     common = [k for k in rows[0][1] if all(k in counters for _, counters in rows)]
     columns = [(k, max(len(k), *(len(_number(c[k])) for _, c in rows))) for k in common]
     head = "  ".join(f"{k.replace('_', ' '):>{w}}" for k, w in columns)
-    lines = [f"  {'pass':<12}{head}  details"]
+    width = max(12, *(len(name) + 1 for name, _ in rows))  # pass names are never cut
+    lines = [f"  {'pass':<{width}}{head}  details"]
     for name, counters in rows:
         cells = "  ".join(f"{_number(counters[k]):>{w}}" for k, w in columns)
         details = _counters({k: v for k, v in counters.items() if k not in common})
-        lines.append(f"  {_fit(name, 11):<12}{cells}  {details or '-'}")
+        lines.append(f"  {name:<{width}}{cells}  {details or '-'}")
     return lines
 
 

@@ -98,6 +98,14 @@ def _matmul(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     return np.matmul(_operand(node, args[0]), _operand(node, args[1]))
 
 
+def _matmul_transposed(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """a @ swapaxes(b, -1, -2), through a contiguous copy of the transpose: the oracle
+    then gives bit for bit what matmul of a transposed buffer gives (BLAS may round a
+    strided operand's sums in another order), so the rewrite keeps every output exact."""
+    b = np.ascontiguousarray(np.swapaxes(_operand(node, args[1]), -1, -2))
+    return np.matmul(_operand(node, args[0]), b)
+
+
 # ---------------------------------------------------------------- reductions
 
 
@@ -343,6 +351,7 @@ KERNELS: dict[str, Kernel] = {
     "logical_or": _compare(np.logical_or),
     "where": _where,
     "matmul": _matmul,
+    "matmul_transposed": _matmul_transposed,
     "sum": _reduce(np.sum),
     "mean": _mean,
     "max": _reduce(np.max),

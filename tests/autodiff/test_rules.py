@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tensorgraph as tg
+from tensorgraph.ir.functions import matmul_transposed
 from tensorgraph.ir.ops import OPS
 from tensorgraph.ir.scatter import scatter_add
 from tensorgraph.ir.vjp_support import no_gradient
@@ -97,6 +98,8 @@ case("matmul", "batched-broadcast", tg.matmul, _u(2, 1, 3, 4), _u(3, 4, 2))
 case("matmul", "vector-matrix", tg.matmul, _u(4), _u(2, 4, 3))
 case("matmul", "matrix-vector", tg.matmul, _u(2, 3, 4), _u(4))
 case("matmul", "dot", tg.matmul, _u(4), _u(4))
+case("matmul_transposed", "2d", matmul_transposed, _u(3, 4), _u(5, 4))
+case("matmul_transposed", "batched-broadcast", matmul_transposed, _u(2, 1, 3, 4), _u(3, 5, 4))
 case("sum", "axes", lambda x: x.sum((0, 2)), _u(2, 3, 4))
 case("sum", "keepdims", lambda x: x.sum(1, keepdims=True), _u(2, 3, 4))
 case("mean", "axes", lambda x: x.mean((1,)), _u(2, 3, 4))

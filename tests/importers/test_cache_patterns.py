@@ -214,3 +214,77 @@ def test_attention_reads_repeat_kv_heads_unrepeated(order: str, values: bool, he
     for backend in BACKENDS:
         (got,) = program.run(feeds, backend=backend)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=backend)
+
+
+class WrittenOutAttention(torch.nn.Module):
+    """transformers' eager attention (what Gemma 2 imports for its soft-capping):
+    scores = q @ repeat(k)^T, capped by tanh, softmax, then @ repeat(v), with the kv
+    heads spread to the query heads in `order` (see Attention.spread)."""
+
+    def __init__(self, order: str, copies: int) -> None:
+        super().__init__()
+        self.order, self.copies = order, copies
+
+    def spread(self, t: torch.Tensor) -> torch.Tensor:
+        b, heads, s, d = t.shape
+        n = self.copies
+        if self.order == "repeat_kv":
+            return t[:, :, None].expand(b, heads, n, s, d).reshape(b, n * heads, s, d)
+        return t[:, None].expand(b, n, heads, s, d).reshape(b, n * heads, s, d)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        scores = torch.matmul(q, self.spread(k).transpose(2, 3)) * 0.25
+        scores = torch.tanh(scores / 30.0) * 30.0
+        return torch.matmul(torch.softmax(scores, dim=-1), self.spread(v))
+
+
+def check_written_out_attention(
+    order: str, batch: int, groups: int, copies: int, rows: int, keys: int
+) -> None:
+    """Regression (issue 25): Gemma 2's eager attention imported its products over
+    repeat_kv's copy of the cache per query head (2 x 512 KiB a layer per decode step, a
+    1 MiB arena and a decode entry cut into segments). A repeat_kv (head h reads kv head
+    h // n) is multiplied per kv head with no broadcast copy left and the keys read as
+    stored; a tiling (head h reads kv head h % Hkv) keeps torch's products. Both equal
+    torch."""
+    rng = np.random.default_rng(batch * 100 + groups * 10 + copies + rows * 7 + keys)
+    q = rng.standard_normal((batch, groups * copies, rows, 4)).astype(np.float32)
+    k = rng.standard_normal((batch, groups, keys, 4)).astype(np.float32)
+    v = rng.standard_normal((batch, groups, keys, 4)).astype(np.float32)
+    module = WrittenOutAttention(order, copies)
+    tensors = tuple(torch.from_numpy(a) for a in (q, k, v))
+    with torch.no_grad():
+        want = module(*tensors).numpy()
+    program = tg.compile(from_torch(module, tensors))
+    grouped = order == "repeat_kv" and copies > 1
+    assert ("broadcast_to" in ops(program)) == (order == "tiled" and copies > 1)
+    assert "transpose" not in ops(program) or not grouped
+    for backend in BACKENDS:
+        (got,) = program.run({"q": q, "k": k, "v": v}, backend=backend)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=backend)
+
+
+@pytest.mark.parametrize(
+    ("order", "batch", "groups", "copies", "rows", "keys"),
+    [("repeat_kv", 2, 2, 2, 3, 5), ("repeat_kv", 1, 1, 3, 1, 4), ("tiled", 1, 2, 2, 2, 3)],
+)
+def test_written_out_attention_multiplies_the_unrepeated_kv_heads(
+    order: str, batch: int, groups: int, copies: int, rows: int, keys: int
+) -> None:
+    check_written_out_attention(order, batch, groups, copies, rows, keys)
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None)
+@given(
+    order=st.sampled_from(("repeat_kv", "tiled")),
+    batch=st.integers(1, 2),
+    groups=st.integers(1, 3),
+    copies=st.integers(1, 3),
+    rows=st.integers(1, 3),
+    keys=st.integers(1, 6),
+)
+def test_written_out_attention_over_random_head_layouts(
+    order: str, batch: int, groups: int, copies: int, rows: int, keys: int
+) -> None:
+    check_written_out_attention(order, batch, groups, copies, rows, keys)

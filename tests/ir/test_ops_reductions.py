@@ -9,6 +9,7 @@ import pytest
 
 import tensorgraph as tg
 from tensorgraph.ir.dtypes import as_dtype
+from tensorgraph.ir.functions import matmul_transposed
 from tests.ir.op_cases import (
     BF16,
     F16,
@@ -62,6 +63,36 @@ for _a_dtype, _b_dtype, _out in (
         _out,
         wide(np.matmul),
     )
+
+# a @ swapaxes(b, -1, -2), against NumPy's matmul of the transposed array
+TRANSPOSED_MATMULS = [
+    ((3, 4), (5, 4)),
+    ((2, 3, 4), (5, 4)),
+    ((4, 5), (2, 3, 5)),
+    ((2, 1, 3, 4), (5, 2, 4)),
+    ((1, 4), (6, 4)),
+    ((0, 4), (2, 4)),
+    ((3, 0), (2, 0)),
+]
+for _a_shape, _b_shape in TRANSPOSED_MATMULS:
+    _pair = (rand(*_a_shape), rand(*_b_shape))
+    case(
+        "matmul_transposed",
+        f"{_a_shape}@{_b_shape}.T",
+        _pair,
+        matmul_transposed,
+        tg.float32,
+        wide(lambda a, b: np.matmul(a, np.swapaxes(b, -1, -2))),
+    )
+_pair = (ints(2, 3, 4, dtype=np.int32), ints(5, 4, dtype=np.int32))
+case(
+    "matmul_transposed",
+    "int32",
+    _pair,
+    matmul_transposed,
+    tg.int32,
+    wide(lambda a, b: np.matmul(a, np.swapaxes(b, -1, -2))),
+)
 
 # ---------------------------------------------------------------- reductions
 
