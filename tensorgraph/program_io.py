@@ -66,6 +66,12 @@ from tensorgraph.errors import LoadError, SaveError, TensorGraphError
 from tensorgraph.ir.dtypes import as_dtype
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.verify import verify
+from tensorgraph.plan_records import (
+    int_field,
+    mapping_field,
+    parametric_plan_record,
+    static_plan_record,
+)
 from tensorgraph.weights_io import (
     check_target,
     checksum,
@@ -273,7 +279,7 @@ def _load(where: Path) -> object:
 
         entries = {
             str(name): _program(where, weight, record)
-            for name, record in _mapping(where, document["entries"], "entries").items()
+            for name, record in mapping_field(where, document["entries"], "entries").items()
         }
     return MultiProgram.assemble(entries)
 
@@ -285,12 +291,12 @@ def _file_weights(where: Path, record: object) -> object:
     tensors: dict[str, np.ndarray] = {}
     path = None
     if record is not None:
-        record = _mapping(where, record, "weights")
+        record = mapping_field(where, record, "weights")
         name = record["file"]
         if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
             raise LoadError(f"{where}: weights.file must be a file name but got {name!r:.60}")
         path = where.parent / name
-        saved = _mapping(where, record["tensors"], "weights.tensors")
+        saved = mapping_field(where, record["tensors"], "weights.tensors")
         tensors = read_tensors(path)
         for key in saved:
             if key not in tensors:
@@ -298,15 +304,15 @@ def _file_weights(where: Path, record: object) -> object:
         for key, value in tensors.items():
             if key not in saved:
                 raise LoadError(f"{path}: tensor {key!r} is not one {where.name} saved")
-            spec = _mapping(where, saved[key], f"weights.tensors[{key!r}]")
+            spec = mapping_field(where, saved[key], f"weights.tensors[{key!r}]")
             dtype = as_dtype(spec["dtype"])
-            shape = tuple(_int(where, d, f"a dim of tensor {key!r}") for d in spec["shape"])
+            shape = tuple(int_field(where, d, f"a dim of tensor {key!r}") for d in spec["shape"])
             if value.dtype != dtype.to_numpy() or value.shape != shape:
                 raise LoadError(
                     f"{path}: tensor {key!r} is {as_dtype(value.dtype)} {value.shape}, but "
                     f"{where.name} saved it as {dtype} {shape}"
                 )
-            if checksum(value) != _int(where, spec["crc32"], f"the CRC-32 of {key!r}"):
+            if checksum(value) != int_field(where, spec["crc32"], f"the CRC-32 of {key!r}"):
                 raise LoadError(
                     f"{path}: tensor {key!r} holds other bytes than {where.name} saved "
                     f"(CRC-32 differs)"
@@ -344,25 +350,11 @@ def _member_weight(where: Path, archive: zipfile.ZipFile, entry: dict, loaded: d
     return value
 
 
-def _int(where: Path, value: object, what: str) -> int:
-    """`value` when it is a JSON integer (not a bool, a float or a string), else
-    LoadError naming `what` and the value."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise LoadError(f"{where}: {what} must be an integer but got {value!r}")
-    return value
-
-
-def _mapping(where: Path, value: object, what: str) -> dict:
-    if not isinstance(value, dict):
-        raise LoadError(f"{where}: {what} must be a JSON object but got {value!r:.60}")
-    return value
-
-
 def _options(where: Path, raw: object) -> object:
     """The recorded compile options, checked exactly as `compile` checks its own."""
     from tensorgraph.compiler import CompileOptions, check_options
 
-    raw = _mapping(where, raw, "options")
+    raw = mapping_field(where, raw, "options")
     passes = raw.get("passes")
     if not isinstance(passes, list) or not all(isinstance(p, str) for p in passes):
         raise LoadError(f"{where}: options.passes must be a list of pass names but got {passes!r}")
@@ -372,9 +364,9 @@ def _options(where: Path, raw: object) -> object:
 
 
 def _stats(where: Path, raw: object) -> dict:
-    stats = _mapping(where, raw, "stats")
+    stats = mapping_field(where, raw, "stats")
     for name, value in stats.items():
-        _mapping(where, value, f"stats[{name!r}]")
+        mapping_field(where, value, f"stats[{name!r}]")
     return stats
 
 
@@ -393,14 +385,14 @@ def _program(where: Path, weight: object, document: dict) -> object:
         graph.name, graph.nodes, graph.outputs, values, graph.state_positions, initial
     )
     verify(graph)
-    order = tuple(_int(where, i, "an order entry") for i in document["order"])
+    order = tuple(int_field(where, i, "an order entry") for i in document["order"])
     if order != tuple(n.id for n in graph.nodes):
         raise LoadError(f"{where}: the stored order is not the graph's node order")
     aliasing = Aliasing.from_dict(document["aliasing"])
     options = _options(where, document["options"])
     stats = _stats(where, document["stats"])
-    saved = _mapping(where, document["plan"], "plan")
-    alignment = _int(where, saved["alignment"], "plan.alignment")
+    saved = mapping_field(where, document["plan"], "plan")
+    alignment = int_field(where, saved["alignment"], "plan.alignment")
     if alignment != options.alignment:
         raise LoadError(
             f"{where}: plan.alignment {alignment} differs from the options' alignment "
@@ -410,104 +402,8 @@ def _program(where: Path, weight: object, document: dict) -> object:
     raw_remat = document.get("remat")
     remat = None if raw_remat is None else RematReport.from_dict(raw_remat)
     if graph.dims:
-        plan = _parametric(where, graph, order, aliasing, options, saved)
+        plan = parametric_plan_record(where, graph, order, aliasing, options, saved)
         return Program(graph, order, aliasing, plan, options, stats, graph, remat)
-    plan = _static_plan(where, graph, order, aliasing, options, saved)
+    plan = static_plan_record(where, graph, order, aliasing, options, saved)
     verify_plan(graph, plan, aliasing)
     return Program(graph, order, aliasing, plan, options, stats, graph, remat)
-
-
-def _static_plan(
-    where: Path, graph: Graph, order: tuple, aliasing: object, options: object, saved: dict
-) -> object:
-    """The MemoryPlan of static `graph` from its record's offsets (unverified)."""
-    from tensorgraph.planner.buffers import Assignment
-    from tensorgraph.planner.liveness import analyze
-    from tensorgraph.planner.plan import assemble_plan
-
-    liveness = analyze(
-        graph,
-        order,
-        aliasing,
-        params_in_arena=options.params_in_arena,
-        tail_guard=options.tail_guard,
-    )
-    offsets = {
-        _int(where, b, "a buffer id"): _int(where, o, f"the offset of buffer {b}")
-        for b, o in saved["buffer_offsets"]
-    }
-    top = max((offsets.get(b.id, 0) + b.size for b in liveness.buffers), default=0)
-    assignment = Assignment(offsets, top)
-    layout = {
-        str(k): _int(where, v, f"the state offset of {k!r}")
-        for k, v in _mapping(where, saved.get("state_layout", {}), "plan.state_layout").items()
-    }
-    plan = assemble_plan(
-        graph,
-        liveness,
-        assignment,
-        str(saved["algorithm"]),
-        options.alignment,
-        aliasing,
-        states=(layout, _int(where, saved.get("state_size", 0), "plan.state_size")),
-    )
-    if plan.arena_size != saved["arena_size"]:
-        raise LoadError(
-            f"{where}: the stored offsets give an arena of {plan.arena_size} bytes, "
-            f"but the file records {saved['arena_size']}"
-        )
-    return plan
-
-
-def _parametric(
-    where: Path, graph: Graph, order: tuple, aliasing: object, options: object, saved: dict
-) -> object:
-    """The ParametricPlan of symbolic `graph` from its record: the static plan at each
-    dim's max (offsets laid over the liveness recomputed there, verified), the saved
-    rankings turned back into orientations over the conflicts of its lifetimes, and the
-    whole proven by `verify_parametric` (every conflicting pair oriented, acyclic, and
-    `at(...)` verified at the ranges' ends and interior samples). The dims' ranges come
-    with the graph's JSON, so `at(...)` is the saved program's at every length."""
-    from tensorgraph.planner.check import verify_plan
-    from tensorgraph.planner.parametric import verify_parametric
-    from tensorgraph.planner.parametric_build import (
-        assemble_parametric,
-        conflicts,
-        ranking_orientation,
-    )
-
-    at_max = graph.specialize(**{name: d.max for name, d in graph.dims.items()})
-    upper = _static_plan(where, at_max, order, aliasing, options, saved)
-    verify_plan(at_max, upper, aliasing)
-    ids = {int(b.id): b.id for b in upper.buffers}  # workspace ids are ints of a subclass
-    lifetimes = {b.id: (b.start, b.end) for b in upper.buffers}
-    pairs = conflicts(lifetimes)
-    orientations = []
-    for k, entry in enumerate(saved["orientations"]):
-        entry = _mapping(where, entry, f"plan.orientations[{k}]")
-        ranked = [_int(where, b, f"a buffer of orientation {k}") for b in entry["ranked"]]
-        if sorted(ranked) != sorted(ids):
-            raise LoadError(
-                f"{where}: orientation {k} ranks other buffers than the plan at each dim's "
-                "max holds"
-            )
-        source = {
-            str(n): _int(where, v, f"the source dim {n!r} of orientation {k}")
-            for n, v in _mapping(where, entry["source"], f"orientation {k}'s source").items()
-        }
-        orientations.append(ranking_orientation([ids[b] for b in ranked], pairs, source))
-    if not orientations:
-        raise LoadError(f"{where}: a parametric plan needs at least one orientation")
-    plan = assemble_parametric(
-        graph,
-        order,
-        aliasing,
-        upper,
-        orientations,
-        at_max,
-        params_in_arena=options.params_in_arena,
-        tail_guard=options.tail_guard,
-        states=(dict(upper.state_layout), upper.state_size),
-    )
-    verify_parametric(plan)
-    return plan

@@ -77,6 +77,7 @@ class RematReport:
             "arena": self.arena,
             "keep_all_arena": self.keep_all_arena,
             "solve_seconds": self.solve_seconds,
+            "copies": self.copies,
         }
 
     @classmethod
@@ -112,6 +113,7 @@ _FIELDS = {
     "arena": "int",
     "keep_all_arena": "int",
     "solve_seconds": "seconds",
+    "copies": "int",
 }
 
 
