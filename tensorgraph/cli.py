@@ -1091,8 +1091,7 @@ def parser() -> argparse.ArgumentParser:
         choices=("buckets", "symbolic"),
         default="buckets",
         help="prefill the prompt padded to a bucket, or at its real length through one "
-        "symbolic entry (tg.Dim 'prompt' in [1, max-seq]; such a program cannot be saved "
-        "yet); default: buckets",
+        "symbolic entry (tg.Dim 'prompt' in [1, max-seq]); default: buckets",
     )
     gen.add_argument(
         "--max-seq",

@@ -53,7 +53,7 @@ from collections.abc import Mapping
 import numpy as np
 from attrs import frozen
 
-from tensorgraph.errors import GraphError, PlanError, RunError, SaveError
+from tensorgraph.errors import GraphError, PlanError, RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.planner.buffers import align_up
 from tensorgraph.planner.footprint import Footprint, constant_kinds, io_size
@@ -198,18 +198,11 @@ class MultiProgram:
     def save(self, path: str | os.PathLike, state: object | None = None) -> None:
         """Write every entry, the shared weights once (see tensorgraph.program_io); with
         `state` (a State of this program), the loaded program's states start from its
-        current values. SaveError for a program with a symbolic entry (program files hold
-        static plans only, as `Program.save` says)."""
+        current values. A symbolic entry is saved as a symbolic program is (its dims'
+        ranges and its plan's orientations): the loaded program's `plan.at(...)` is the
+        saved one's at every length, its states at the same shared offsets."""
         from tensorgraph.program_io import save
 
-        for name, program in self.entries.items():
-            if program.graph.dims:
-                dims = ", ".join(d.describe() for d in program.graph.dims.values())
-                raise SaveError(
-                    f"{os.fspath(path)}: entry {name!r} has symbolic dims ({dims}); program "
-                    "files hold static plans only: compile its entries with a static prefill "
-                    "(buckets) to save it, or save the graphs' JSON and recompile"
-                )
         save(self, path, state)
 
     def __repr__(self) -> str:

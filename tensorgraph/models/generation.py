@@ -99,12 +99,12 @@ __all__ = [
 
 DEFAULT_BUCKETS = (32, 128, 512)
 # How generation programs prefill a prompt: padded to a bucket, or at its real length
-# through one symbolic entry. "buckets" stays the default because a symbolic program
-# cannot be saved yet (program files hold static plans), and because each new prompt
-# length costs the MLX backend a specialisation and trace on its first call (it keeps
-# MLX_CACHED_LENGTHS lengths): a server seeing few distinct lengths, or one that saves
-# its program, is served better by buckets; "symbolic" wins on compute and arena at a
-# length between buckets (benches/README.md, "Prefill at the prompt's real length").
+# through one symbolic entry. "buckets" stays the default because each new prompt
+# length costs a specialisation (and, on MLX, a trace of its shape-dependent segments)
+# on its first call (the MLX backend keeps MLX_CACHED_LENGTHS lengths): a server seeing
+# few distinct lengths is served better by buckets; "symbolic" wins on compute and arena
+# at a length between buckets (benches/README.md, "Prefill at the prompt's real length").
+# Both save and load (program_io.py).
 PREFILL_MODES = ("buckets", "symbolic")
 LAYER_KEYS = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
 
