@@ -60,6 +60,7 @@ from collections.abc import Sequence
 from tensorgraph.errors import GraphError
 from tensorgraph.importers.torch_export import _first_line, from_exported
 from tensorgraph.ir import api as tg
+from tensorgraph.prefill_modes import check_prefill_mode
 
 try:
     import torch
@@ -186,13 +187,11 @@ def from_torch_generation(
     see the module docstring for each entry's inputs and output. With `prefill` =
     "symbolic", one "prefill" entry at the prompt's real length replaces the buckets
     (exported with a dynamic dim, see the module docstring; the buckets are then not
-    used); models.generation.PREFILL_MODES says why "buckets" is the default. The model
+    used); prefill_modes.PREFILL_MODES says why "buckets" is the default. The model
     is put in eval mode; its weights are bound params (the same in every entry).
     GraphError for a bucket outside [1, max_seq], an unknown `prefill`, a cache with
     layers other than full-attention and sliding-window ones, or a failed export/import
     (naming the entry)."""
-    from tensorgraph.models.generation import check_prefill_mode
-
     if max_seq < 1 or batch < 1:
         raise GraphError(f"from_torch_generation: max_seq {max_seq} and batch {batch} must be >= 1")
     check_prefill_mode(prefill, "from_torch_generation")

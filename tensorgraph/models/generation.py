@@ -71,6 +71,7 @@ from tensorgraph.models.llama import LlamaConfig, layer_weights
 from tensorgraph.models.prompt_cache import PromptCache, program_identity
 from tensorgraph.models.sampling import Sampler
 from tensorgraph.nn import MASK_VALUE, attention, merge_heads, rms_norm, split_heads, swiglu_mlp
+from tensorgraph.prefill_modes import PREFILL_MODES, check_prefill_mode
 from tensorgraph.runtime.state import check_state
 
 __all__ = [
@@ -98,14 +99,6 @@ __all__ = [
 ]
 
 DEFAULT_BUCKETS = (32, 128, 512)
-# How generation programs prefill a prompt: padded to a bucket, or at its real length
-# through one symbolic entry. "buckets" stays the default because each new prompt
-# length costs a specialisation (and, on MLX, a trace of its shape-dependent segments)
-# on its first call (the MLX backend keeps MLX_CACHED_LENGTHS lengths): a server seeing
-# few distinct lengths is served better by buckets; "symbolic" wins on compute and arena
-# at a length between buckets (benches/README.md, "Prefill at the prompt's real length").
-# Both save and load (program_io.py).
-PREFILL_MODES = ("buckets", "symbolic")
 LAYER_KEYS = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
 
 
@@ -364,12 +357,6 @@ def llama_generation(
         entries[f"decode{window}"] = decode_graph(config, weights, max_seq, window, kv)
     entries["decode"] = decode_graph(config, weights, max_seq, kv=kv)
     return entries
-
-
-def check_prefill_mode(prefill: object, who: str) -> None:
-    """GraphError naming `prefill` unless it is one of PREFILL_MODES."""
-    if prefill not in PREFILL_MODES:
-        raise GraphError(f"{who}: prefill must be one of {PREFILL_MODES} but got {prefill!r}")
 
 
 def cache_quantization(
