@@ -13,11 +13,17 @@ Steps:
 2. build the memory model (planner/remat.py: the planner's liveness on the program
    order, views resolved, no in-place writes) and scale the budget by the model's to
    the planner's keep-everything peak (the model does not see reinplacing);
-3. solve the integer program (planner/remat_milp.py, HiGHS under a node limit: a
-   value may be recomputed several times, freed in between) and the heuristic (greedy,
-   relaxing from the least memory, and the segment-checkpointing family) for a model
-   budget (first the scaled one), and take the point of fewer FLOPs (the integer
-   program on a tie);
+3. for a model budget (first the scaled one), `choose` the point of fewest FLOPs
+   whose model peak fits among: the integer program (planner/remat_milp.py, HiGHS
+   under a node limit: a value may be recomputed several times, freed in between;
+   only up to MAX_VARIABLES), its single-copy restriction (planner/remat_single.py:
+   one copy per recomputed value, from its first to its last backward reader; far
+   smaller, so it certifies graphs the full program is too large for; solved unless
+   the full program certified its point) and the heuristic (greedy, relaxing from the
+   least memory, and the segment-checkpointing family); on a tie the full program,
+   then the single-copy one. The report's gap is that of the program the point came
+   from, on that program's model: method "milp" bounds every multi-copy point,
+   "milp-single" only the single-copy ones;
 4. rewrite (copies emitted before their backward readers), schedule, plan, and bisect
    the model budget on whether the placed arena fits (MAX_ATTEMPTS points at most),
    keeping the fitting point of fewest FLOPs;
@@ -34,11 +40,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from attrs import evolve, frozen
 
 from tensorgraph.errors import PlanError
 from tensorgraph.ir.graph import Graph
+
+if TYPE_CHECKING:
+    from tensorgraph.planner.remat import RematModel
+    from tensorgraph.planner.remat_milp import RematChoice
 
 MAX_ATTEMPTS = 5
 
@@ -46,11 +57,12 @@ MAX_ATTEMPTS = 5
 @frozen
 class RematReport:
     """What rematerialisation chose: the `budget` (bytes), the `method` ("keep-all",
-    "milp", "greedy", "checkpoint-layers", "recompute-all"), `recompute_flops` (the
+    "milp", "milp-single", "greedy", "checkpoint-layers", "recompute-all"), `recompute_flops` (the
     FLOPs of the copies, planner/flops.py's estimate), the forward node ids
     `recomputed` and `kept` (the candidates, ids of the rewritten graph before the
     copies were added), the solver's proven `gap` (0.0: certified optimal for the
-    model; None: no bound, as for the heuristic and the fallbacks), the placed
+    model, which for "milp-single" is the single-copy restriction only; None: no
+    bound, as for the heuristic and the fallbacks), the placed
     `arena` and the `keep_all_arena` (bytes), `solve_seconds` (informative only) and
     `copies`, the copies emitted (a value recomputed twice counts twice)."""
 
@@ -101,7 +113,7 @@ class RematReport:
         return cls(**{**raw, "recomputed": tuple(raw["recomputed"]), "kept": tuple(raw["kept"])})
 
 
-METHODS = ("keep-all", "milp", "greedy", "checkpoint-layers", "recompute-all")
+METHODS = ("keep-all", "milp", "milp-single", "greedy", "checkpoint-layers", "recompute-all")
 _FIELDS = {
     "budget": "int",
     "method": "str",
@@ -121,6 +133,25 @@ def check_budget(budget: object) -> None:
         raise PlanError(f"memory_budget must be a positive int (bytes) but got {budget!r}")
 
 
+def choose(model: RematModel, budget: int) -> RematChoice | None:
+    """The point of fewest FLOPs whose model peak is at most `budget` bytes among the
+    full integer program's, the single-copy program's (solved unless the full one
+    certified its point: gap 0 on the larger model already bounds every single-copy
+    point) and the heuristic's; on a tie the full program, then the single-copy one.
+    None when none of them finds a point. Deterministic (node and work limits)."""
+    from tensorgraph.planner.remat_milp import solve_greedy, solve_milp
+    from tensorgraph.planner.remat_single import solve_single_copy
+
+    full = solve_milp(model, budget)
+    found = [full]
+    if full is None or full.gap != 0.0:
+        found.append(solve_single_copy(model, budget))
+    found.append(solve_greedy(model, budget))
+    fit = [c for c in found if c is not None and c.peak <= budget]
+    rank = {"milp": 0, "milp-single": 1, "greedy": 2}
+    return min(fit, key=lambda c: (c.flops, rank[c.method]), default=None)
+
+
 def compile_to_budget(
     rewritten: Graph,
     budget: int,
@@ -133,7 +164,7 @@ def compile_to_budget(
     `remat` report (see the module docstring). PlanError naming the smallest arena
     found when none fits."""
     from tensorgraph.planner.remat import build_model, checkpoint_layers, rematerialize
-    from tensorgraph.planner.remat_milp import RematChoice, solve_greedy, solve_milp
+    from tensorgraph.planner.remat_milp import RematChoice
 
     keep = finish(rewritten)
     keep_arena = keep.plan.arena_size
@@ -185,11 +216,10 @@ def compile_to_budget(
             trial = ((too_small if fitting is None else fitting) + too_big) // 2
         if too_big - (too_small if fitting is None else fitting) <= alignment:
             break
-        found = [c for c in (solve_milp(model, trial), solve_greedy(model, trial)) if c]
-        if not found:
+        choice = choose(model, trial)
+        if choice is None:
             too_small = trial
             continue
-        choice = min(found, key=lambda c: (c.flops, c.method != "milp"))
         prog = plan(choice.emit)
         if prog.plan.arena_size > budget:
             too_big = trial
