@@ -18,12 +18,11 @@ Steps:
    under a node limit: a value may be recomputed several times, freed in between;
    only up to MAX_VARIABLES), its single-copy restriction (planner/remat_single.py:
    one copy per recomputed value, from its first to its last backward reader; far
-   smaller, so it certifies graphs the full program is too large for; solved unless
-   the full program certified its point) and the heuristic (greedy, relaxing from the
-   least memory, and the segment-checkpointing family); on a tie the full program,
-   then the single-copy one. The report's gap is that of the program the point came
-   from, on that program's model: method "milp" bounds every multi-copy point,
-   "milp-single" only the single-copy ones;
+   smaller, so it certifies graphs the full program is too large for) and the
+   heuristic (greedy, relaxing from the least memory, and the segment-checkpointing
+   family); on a tie the full program, then the single-copy one. The report's gap is
+   that of the program the point came from, on that program's model: method "milp"
+   bounds every multi-copy point, "milp-single" only the single-copy ones;
 4. rewrite (copies emitted before their backward readers), schedule, plan, and bisect
    the model budget on whether the placed arena fits (MAX_ATTEMPTS points at most),
    keeping the fitting point of fewest FLOPs;
@@ -89,14 +88,18 @@ class RematReport:
             "arena": self.arena,
             "keep_all_arena": self.keep_all_arena,
             "solve_seconds": self.solve_seconds,
+            "copies": self.copies,
         }
 
     @classmethod
     def from_dict(cls, raw: object) -> RematReport:
         """The report `to_dict` gave; PlanError naming the field of a wrong type or value
-        (the loader reports it as a LoadError naming the file)."""
-        if not isinstance(raw, dict) or set(raw) != set(_FIELDS):
+        (the loader reports it as a LoadError naming the file). `copies` may be absent
+        (reports saved before it was stored): then 0, the field's default."""
+        required = set(_FIELDS) - {"copies"}
+        if not isinstance(raw, dict) or not required <= set(raw) <= set(_FIELDS):
             raise PlanError(f"a remat report needs exactly the fields {_FIELDS}, got {raw!r:.80}")
+        raw = {"copies": 0, **raw}
         for name, kind in _FIELDS.items():
             value = raw[name]
             ok = {
@@ -124,6 +127,7 @@ _FIELDS = {
     "arena": "int",
     "keep_all_arena": "int",
     "solve_seconds": "seconds",
+    "copies": "int",
 }
 
 
@@ -135,19 +139,18 @@ def check_budget(budget: object) -> None:
 
 def choose(model: RematModel, budget: int) -> RematChoice | None:
     """The point of fewest FLOPs whose model peak is at most `budget` bytes among the
-    full integer program's, the single-copy program's (solved unless the full one
-    certified its point: gap 0 on the larger model already bounds every single-copy
-    point) and the heuristic's; on a tie the full program, then the single-copy one.
-    None when none of them finds a point. Deterministic (node and work limits)."""
+    full integer program's (when at most MAX_VARIABLES), the single-copy program's
+    (when at most SINGLE_MAX_VARIABLES) and the heuristic's; on a tie the full program,
+    then the single-copy one. Invariant: never more FLOPs than the single-copy
+    program's point (solved even where the full one certifies: the two programs bound
+    the model's liveness differently, so neither's rows contain the other's points,
+    and the single-copy program is cheap wherever the full one fits). None when none of
+    them finds a point. Deterministic (node and work limits)."""
     from tensorgraph.planner.remat_milp import solve_greedy, solve_milp
     from tensorgraph.planner.remat_single import solve_single_copy
 
-    full = solve_milp(model, budget)
-    found = [full]
-    if full is None or full.gap != 0.0:
-        found.append(solve_single_copy(model, budget))
-    found.append(solve_greedy(model, budget))
-    fit = [c for c in found if c is not None and c.peak <= budget]
+    found = (solve_milp(model, budget), solve_single_copy(model, budget))
+    fit = [c for c in (*found, solve_greedy(model, budget)) if c is not None and c.peak <= budget]
     rank = {"milp": 0, "milp-single": 1, "greedy": 2}
     return min(fit, key=lambda c: (c.flops, rank[c.method]), default=None)
 
