@@ -13,16 +13,17 @@ Steps:
 2. build the memory model (planner/remat.py: the planner's liveness on the program
    order, views resolved, no in-place writes) and scale the budget by the model's to
    the planner's keep-everything peak (the model does not see reinplacing);
-3. for a model budget (first the scaled one), `choose` the point of fewest FLOPs
-   whose model peak fits among: the integer program (planner/remat_milp.py, HiGHS
-   under a node limit: a value may be recomputed several times, freed in between;
+3. for a model budget (first the scaled one), take the points (`choices`) whose
+   model peak fits of: the integer program (planner/remat_milp.py, HiGHS under a
+   node limit: a value may be recomputed several times, freed in between;
    only up to MAX_VARIABLES), its single-copy restriction (planner/remat_single.py:
-   one copy per recomputed value, from its first to its last backward reader; far
-   smaller, so it certifies graphs the full program is too large for) and the
+   one copy per recomputed value, from its first to its last backward reader; HiGHS
+   certifies it on graphs whose full program is too large to solve) and the
    heuristic (greedy, relaxing from the least memory, and the segment-checkpointing
-   family); on a tie the full program, then the single-copy one. The report's gap is
-   that of the program the point came from, on that program's model: method "milp"
-   bounds every multi-copy point, "milp-single" only the single-copy ones;
+   family), fewest FLOPs first (on a tie the full program, then the single-copy
+   one), and plan them in that order up to the first whose arena fits. The report's
+   gap is that of the program the point came from, on that program's model: method
+   "milp" bounds every multi-copy point, "milp-single" only the single-copy ones;
 4. rewrite (copies emitted before their backward readers), schedule, plan, and bisect
    the model budget on whether the placed arena fits (MAX_ATTEMPTS points at most),
    keeping the fitting point of fewest FLOPs;
@@ -137,22 +138,37 @@ def check_budget(budget: object) -> None:
         raise PlanError(f"memory_budget must be a positive int (bytes) but got {budget!r}")
 
 
-def choose(model: RematModel, budget: int) -> RematChoice | None:
-    """The point of fewest FLOPs whose model peak is at most `budget` bytes among the
-    full integer program's (when at most MAX_VARIABLES), the single-copy program's
-    (when at most SINGLE_MAX_VARIABLES) and the heuristic's; on a tie the full program,
-    then the single-copy one. Invariant: never more FLOPs than the single-copy
-    program's point (solved even where the full one certifies: the two programs bound
-    the model's liveness differently, so neither's rows contain the other's points,
-    and the single-copy program is cheap wherever the full one fits). None when none of
-    them finds a point. Deterministic (node and work limits)."""
+def choices(model: RematModel, budget: int) -> list[RematChoice]:
+    """The points whose model peak is at most `budget` bytes of the full integer
+    program (when at most MAX_VARIABLES), the single-copy program (when at most
+    SINGLE_MAX_VARIABLES) and the heuristic, fewest FLOPs first (on a tie the full
+    program, then the single-copy one), each distinct set of copies once. The
+    single-copy program is solved even where the full one certifies: the two bound the
+    model's liveness differently, so neither's rows contain all the other's points, and
+    it is cheap wherever the full one is small enough. Deterministic (node and work
+    limits)."""
     from tensorgraph.planner.remat_milp import solve_greedy, solve_milp
     from tensorgraph.planner.remat_single import solve_single_copy
 
     found = (solve_milp(model, budget), solve_single_copy(model, budget))
     fit = [c for c in (*found, solve_greedy(model, budget)) if c is not None and c.peak <= budget]
     rank = {"milp": 0, "milp-single": 1, "greedy": 2}
-    return min(fit, key=lambda c: (c.flops, rank[c.method]), default=None)
+    fit.sort(key=lambda c: (c.flops, rank[c.method]))
+    seen: set[frozenset] = set()
+    out = []
+    for c in fit:
+        key = frozenset(c.emit.items())
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def choose(model: RematModel, budget: int) -> RematChoice | None:
+    """The first of `choices(model, budget)`: never more FLOPs than the single-copy
+    program's point; None when no method finds a point."""
+    found = choices(model, budget)
+    return found[0] if found else None
 
 
 def compile_to_budget(
@@ -219,17 +235,23 @@ def compile_to_budget(
             trial = ((too_small if fitting is None else fitting) + too_big) // 2
         if too_big - (too_small if fitting is None else fitting) <= alignment:
             break
-        choice = choose(model, trial)
-        if choice is None:
+        found = choices(model, trial)
+        if not found:
             too_small = trial
             continue
-        prog = plan(choice.emit)
-        if prog.plan.arena_size > budget:
+        # The cheapest point that fits once placed: a cheaper one in the model that
+        # does not (the model is an estimate of the planner's liveness) must not hide
+        # the single-copy program's point, which may. Costs up to one plan per method
+        # a trial (each distinct set of copies is planned once).
+        answer = next(
+            ((c, p) for c in found if (p := plan(c.emit)).plan.arena_size <= budget), None
+        )
+        if answer is None:
             too_big = trial
             continue
         fitting = trial
-        if best is None or choice.flops < best[0].flops:
-            best = (choice, prog)
+        if best is None or answer[0].flops < best[0].flops:
+            best = answer
     # The fallbacks, planned only where they could win: when nothing fits yet, or with
     # fewer FLOPs than the point found.
     fits: list[tuple[RematChoice, object]] = [] if best is None else [best]

@@ -5,10 +5,14 @@ last backward reader and the copies of the recomputed values reading it.
 This is the special case of planner/remat_milp.py's program (Checkmate's, several
 copies per value) in which every `R[u, j]` but one is 0 and the copy is carried to the
 end; it is the program tensorgraph solved before multiple recomputation landed
-(Moccasin's O(n) intervals per value on the fixed program order). It stays because it
-is far smaller: on the small GPT-2, Llama and ResNet-18 training steps the full program
-is above `remat_milp.MAX_VARIABLES` (HiGHS's root alone ran for minutes), while this one
-solves to a certificate under its node limit, so the driver (tensorgraph/remat.py)
+(Moccasin's O(n) intervals per value on the fixed program order). It stays because HiGHS
+finishes it where it does not finish the full program: the full program's carries
+(`S`) and per-event originals give an LP relaxation whose root (cuts, sub-MIP
+heuristics, which the node limit does not bound) ran for minutes on the small GPT-2,
+so programs above `remat_milp.MAX_VARIABLES` are not solved; this one, though it has
+more variables (8,809 against the full program's 3,753 on benches/bench_mincut.py's
+GPT-2, 24,102 against 11,046 on its Llama), is monotone in `a` and solves to a
+certificate under its node limit in tens of seconds there, so the driver (tensorgraph/remat.py)
 takes the cheapest of the full program, this one and the heuristic, and is never worse
 than this program was alone. Its proven gap bounds the single-copy restriction only:
 0 means no single-copy point is cheaper, not that no multi-copy point is.
@@ -25,10 +29,12 @@ merged where no decision can change what is live):
   and until each recomputed reader's copy is emitted; a copy from its emission through
   its last backward reader and its readers' emissions).
 The memory row of each stage: the bytes live in buffers the choice does not touch (the
-stage's largest), plus `size[u] * (keep[u, j] + copy[u, j])`, at most the budget. A
-copy counts from the whole step it is emitted at, an upper bound on
-`RematModel.profile` (which gives each copy a sub-step of its own): a point this program
-answers fits the model.
+stage's largest), plus `size[u] * (keep[u, j] + copy[u, j])`, at most the budget.
+These rows are the single-copy model's, not exactly `RematModel.profile`'s (which
+gives each copy a sub-step of its own): a point may exceed the profile's peak by a
+buffer (seen: 64 B over at the least-memory budget of a random network), so the
+driver (`tensorgraph.remat.choices`) checks each answer's `peak` (the profile's)
+against the budget and drops one that does not fit.
 
 HiGHS runs deterministically under a node limit (branch-and-bound nodes, never
 seconds), on programs of at most SINGLE_MAX_VARIABLES variables.
