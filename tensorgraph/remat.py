@@ -21,7 +21,8 @@ Steps:
    certifies it on graphs whose full program is too large to solve) and the
    heuristic (greedy, relaxing from the least memory, and the segment-checkpointing
    family), fewest FLOPs first (on a tie the full program, then the single-copy
-   one), and plan them in that order up to the first whose arena fits. The report's
+   one); plan the cheapest, and where its arena does not fit the others that could
+   still win, up to the first that fits (they never move the bisection). The report's
    gap is that of the program the point came from, on that program's model: method
    "milp" bounds every multi-copy point, "milp-single" only the single-copy ones;
 4. rewrite (copies emitted before their backward readers), schedule, plan, and bisect
@@ -139,10 +140,13 @@ def check_budget(budget: object) -> None:
 
 
 def choices(model: RematModel, budget: int) -> list[RematChoice]:
-    """The points whose model peak is at most `budget` bytes of the full integer
-    program (when at most MAX_VARIABLES), the single-copy program (when at most
-    SINGLE_MAX_VARIABLES) and the heuristic, fewest FLOPs first (on a tie the full
-    program, then the single-copy one), each distinct set of copies once. The
+    """The points the full integer program (when at most MAX_VARIABLES), the
+    single-copy program (when at most SINGLE_MAX_VARIABLES) and the heuristic answer
+    for a model budget of `budget` bytes, fewest FLOPs first (on a tie the full
+    program, then the single-copy one), each distinct set of copies once. Each fits
+    its own method's rows; the single-copy rows may put a point a buffer above
+    `RematModel.profile`'s peak (its `peak`), which is only an estimate anyway: the
+    driver plans each point it takes and keeps it only if the placed arena fits. The
     single-copy program is solved even where the full one certifies: the two bound the
     model's liveness differently, so neither's rows contain all the other's points, and
     it is cheap wherever the full one is small enough. Deterministic (node and work
@@ -151,7 +155,7 @@ def choices(model: RematModel, budget: int) -> list[RematChoice]:
     from tensorgraph.planner.remat_single import solve_single_copy
 
     found = (solve_milp(model, budget), solve_single_copy(model, budget))
-    fit = [c for c in (*found, solve_greedy(model, budget)) if c is not None and c.peak <= budget]
+    fit = [c for c in (*found, solve_greedy(model, budget)) if c is not None]
     rank = {"milp": 0, "milp-single": 1, "greedy": 2}
     fit.sort(key=lambda c: (c.flops, rank[c.method]))
     seen: set[frozenset] = set()
@@ -166,7 +170,7 @@ def choices(model: RematModel, budget: int) -> list[RematChoice]:
 
 def choose(model: RematModel, budget: int) -> RematChoice | None:
     """The first of `choices(model, budget)`: never more FLOPs than the single-copy
-    program's point; None when no method finds a point."""
+    program's point; None when no method finds one."""
     found = choices(model, budget)
     return found[0] if found else None
 
@@ -239,18 +243,29 @@ def compile_to_budget(
         if not found:
             too_small = trial
             continue
-        # The cheapest point that fits once placed: a cheaper one in the model that
-        # does not (the model is an estimate of the planner's liveness) must not hide
-        # the single-copy program's point, which may. Costs up to one plan per method
-        # a trial (each distinct set of copies is planned once).
-        answer = next(
-            ((c, p) for c in found if (p := plan(c.emit)).plan.arena_size <= budget), None
-        )
-        if answer is None:
+        # The bisection follows the cheapest point (in the model a larger budget never
+        # costs more); where it does not fit once placed, the other methods' points are
+        # planned too, cheapest first, while they could still win: the model is an
+        # estimate of the planner's liveness, so one of them may fit. They only improve
+        # the answer, never move the bisection (measured: letting them move it, a
+        # dearer point fitting made larger budgets the bracket, and Llama's answers
+        # got dearer, 13.1M against 11.0M FLOPs at checkpoint-every-layer's arena).
+        prog = plan(found[0].emit)
+        if prog.plan.arena_size <= budget:
+            fitting = trial
+            answer = (found[0], prog)
+        else:
             too_big = trial
-            continue
-        fitting = trial
-        if best is None or answer[0].flops < best[0].flops:
+            answer = next(
+                (
+                    (c, p)
+                    for c in found[1:]
+                    if (best is None or c.flops < best[0].flops)
+                    and (p := plan(c.emit)).plan.arena_size <= budget
+                ),
+                None,
+            )
+        if answer is not None and (best is None or answer[0].flops < best[0].flops):
             best = answer
     # The fallbacks, planned only where they could win: when nothing fits yet, or with
     # fewer FLOPs than the point found.

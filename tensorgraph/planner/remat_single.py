@@ -32,9 +32,9 @@ The memory row of each stage: the bytes live in buffers the choice does not touc
 stage's largest), plus `size[u] * (keep[u, j] + copy[u, j])`, at most the budget.
 These rows are the single-copy model's, not exactly `RematModel.profile`'s (which
 gives each copy a sub-step of its own): a point may exceed the profile's peak by a
-buffer (seen: 64 B over at the least-memory budget of a random network), so the
-driver (`tensorgraph.remat.choices`) checks each answer's `peak` (the profile's)
-against the budget and drops one that does not fit.
+buffer (seen: 64 B over at the least-memory budget of a random network). The driver
+(tensorgraph/remat.py) plans every point it takes and keeps it only where the placed
+arena fits, so the model is an estimate for this program as for the others.
 
 HiGHS runs deterministically under a node limit (branch-and-bound nodes, never
 seconds), on programs of at most SINGLE_MAX_VARIABLES variables.
