@@ -13,11 +13,18 @@ Steps:
 2. build the memory model (planner/remat.py: the planner's liveness on the program
    order, views resolved, no in-place writes) and scale the budget by the model's to
    the planner's keep-everything peak (the model does not see reinplacing);
-3. solve the integer program (planner/remat_milp.py, HiGHS under a node limit: a
-   value may be recomputed several times, freed in between) and the heuristic (greedy,
-   relaxing from the least memory, and the segment-checkpointing family) for a model
-   budget (first the scaled one), and take the point of fewer FLOPs (the integer
-   program on a tie);
+3. for a model budget (first the scaled one), take the points (`choices`) whose
+   model peak fits of: the integer program (planner/remat_milp.py, HiGHS under a
+   node limit: a value may be recomputed several times, freed in between;
+   only up to MAX_VARIABLES), its single-copy restriction (planner/remat_single.py:
+   one copy per recomputed value, from its first to its last backward reader; HiGHS
+   certifies it on graphs whose full program is too large to solve) and the
+   heuristic (greedy, relaxing from the least memory, and the segment-checkpointing
+   family), fewest FLOPs first (on a tie the full program, then the single-copy
+   one); plan the cheapest, and where its arena does not fit the others that could
+   still win, up to the first that fits (they never move the bisection). The report's
+   gap is that of the program the point came from, on that program's model: method
+   "milp" bounds every multi-copy point, "milp-single" only the single-copy ones;
 4. rewrite (copies emitted before their backward readers), schedule, plan, and bisect
    the model budget on whether the placed arena fits (MAX_ATTEMPTS points at most),
    keeping the fitting point of fewest FLOPs;
@@ -34,11 +41,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from attrs import evolve, frozen
 
 from tensorgraph.errors import PlanError
 from tensorgraph.ir.graph import Graph
+
+if TYPE_CHECKING:
+    from tensorgraph.planner.remat import RematModel
+    from tensorgraph.planner.remat_milp import RematChoice
 
 MAX_ATTEMPTS = 5
 
@@ -46,11 +58,12 @@ MAX_ATTEMPTS = 5
 @frozen
 class RematReport:
     """What rematerialisation chose: the `budget` (bytes), the `method` ("keep-all",
-    "milp", "greedy", "checkpoint-layers", "recompute-all"), `recompute_flops` (the
+    "milp", "milp-single", "greedy", "checkpoint-layers", "recompute-all"), `recompute_flops` (the
     FLOPs of the copies, planner/flops.py's estimate), the forward node ids
     `recomputed` and `kept` (the candidates, ids of the rewritten graph before the
     copies were added), the solver's proven `gap` (0.0: certified optimal for the
-    model; None: no bound, as for the heuristic and the fallbacks), the placed
+    model, which for "milp-single" is the single-copy restriction only; None: no
+    bound, as for the heuristic and the fallbacks), the placed
     `arena` and the `keep_all_arena` (bytes), `solve_seconds` (informative only) and
     `copies`, the copies emitted (a value recomputed twice counts twice)."""
 
@@ -83,9 +96,12 @@ class RematReport:
     @classmethod
     def from_dict(cls, raw: object) -> RematReport:
         """The report `to_dict` gave; PlanError naming the field of a wrong type or value
-        (the loader reports it as a LoadError naming the file)."""
-        if not isinstance(raw, dict) or set(raw) != set(_FIELDS):
+        (the loader reports it as a LoadError naming the file). `copies` may be absent
+        (reports saved before it was stored): then 0, the field's default."""
+        required = set(_FIELDS) - {"copies"}
+        if not isinstance(raw, dict) or not required <= set(raw) <= set(_FIELDS):
             raise PlanError(f"a remat report needs exactly the fields {_FIELDS}, got {raw!r:.80}")
+        raw = {"copies": 0, **raw}
         for name, kind in _FIELDS.items():
             value = raw[name]
             ok = {
@@ -102,7 +118,7 @@ class RematReport:
         return cls(**{**raw, "recomputed": tuple(raw["recomputed"]), "kept": tuple(raw["kept"])})
 
 
-METHODS = ("keep-all", "milp", "greedy", "checkpoint-layers", "recompute-all")
+METHODS = ("keep-all", "milp", "milp-single", "greedy", "checkpoint-layers", "recompute-all")
 _FIELDS = {
     "budget": "int",
     "method": "str",
@@ -123,6 +139,42 @@ def check_budget(budget: object) -> None:
         raise PlanError(f"memory_budget must be a positive int (bytes) but got {budget!r}")
 
 
+def choices(model: RematModel, budget: int) -> list[RematChoice]:
+    """The points the full integer program (when at most MAX_VARIABLES), the
+    single-copy program (when at most SINGLE_MAX_VARIABLES) and the heuristic answer
+    for a model budget of `budget` bytes, fewest FLOPs first (on a tie the full
+    program, then the single-copy one), each distinct set of copies once. Each fits
+    its own method's rows; the single-copy rows may put a point a buffer above
+    `RematModel.profile`'s peak (its `peak`), which is only an estimate anyway: the
+    driver plans each point it takes and keeps it only if the placed arena fits. The
+    single-copy program is solved even where the full one certifies: the two bound the
+    model's liveness differently, so neither's rows contain all the other's points, and
+    it is cheap wherever the full one is small enough. Deterministic (node and work
+    limits)."""
+    from tensorgraph.planner.remat_milp import solve_greedy, solve_milp
+    from tensorgraph.planner.remat_single import solve_single_copy
+
+    found = (solve_milp(model, budget), solve_single_copy(model, budget))
+    fit = [c for c in (*found, solve_greedy(model, budget)) if c is not None]
+    rank = {"milp": 0, "milp-single": 1, "greedy": 2}
+    fit.sort(key=lambda c: (c.flops, rank[c.method]))
+    seen: set[frozenset] = set()
+    out = []
+    for c in fit:
+        key = frozenset(c.emit.items())
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def choose(model: RematModel, budget: int) -> RematChoice | None:
+    """The first of `choices(model, budget)`: never more FLOPs than the single-copy
+    program's point; None when no method finds one."""
+    found = choices(model, budget)
+    return found[0] if found else None
+
+
 def compile_to_budget(
     rewritten: Graph,
     budget: int,
@@ -135,7 +187,7 @@ def compile_to_budget(
     `remat` report (see the module docstring). PlanError naming the smallest arena
     found when none fits."""
     from tensorgraph.planner.remat import build_model, checkpoint_layers, rematerialize
-    from tensorgraph.planner.remat_milp import RematChoice, solve_greedy, solve_milp
+    from tensorgraph.planner.remat_milp import RematChoice
 
     keep = finish(rewritten)
     keep_arena = keep.plan.arena_size
@@ -187,18 +239,34 @@ def compile_to_budget(
             trial = ((too_small if fitting is None else fitting) + too_big) // 2
         if too_big - (too_small if fitting is None else fitting) <= alignment:
             break
-        found = [c for c in (solve_milp(model, trial), solve_greedy(model, trial)) if c]
+        found = choices(model, trial)
         if not found:
             too_small = trial
             continue
-        choice = min(found, key=lambda c: (c.flops, c.method != "milp"))
-        prog = plan(choice.emit)
-        if prog.plan.arena_size > budget:
+        # The bisection follows the cheapest point (in the model a larger budget never
+        # costs more); where it does not fit once placed, the other methods' points are
+        # planned too, cheapest first, while they could still win: the model is an
+        # estimate of the planner's liveness, so one of them may fit. They only improve
+        # the answer, never move the bisection (measured: letting them move it, a
+        # dearer point fitting made larger budgets the bracket, and Llama's answers
+        # got dearer, 13.1M against 11.0M FLOPs at checkpoint-every-layer's arena).
+        prog = plan(found[0].emit)
+        if prog.plan.arena_size <= budget:
+            fitting = trial
+            answer = (found[0], prog)
+        else:
             too_big = trial
-            continue
-        fitting = trial
-        if best is None or choice.flops < best[0].flops:
-            best = (choice, prog)
+            answer = next(
+                (
+                    (c, p)
+                    for c in found[1:]
+                    if (best is None or c.flops < best[0].flops)
+                    and (p := plan(c.emit)).plan.arena_size <= budget
+                ),
+                None,
+            )
+        if answer is not None and (best is None or answer[0].flops < best[0].flops):
+            best = answer
     # The fallbacks, planned only where they could win: when nothing fits yet, or with
     # fewer FLOPs than the point found.
     fits: list[tuple[RematChoice, object]] = [] if best is None else [best]

@@ -1,5 +1,7 @@
 """The recompute choice under a memory budget: an integer program solved by HiGHS
-(`scipy.optimize.milp`), and a greedy heuristic for graphs it cannot finish.
+(`scipy.optimize.milp`), and a greedy heuristic for graphs it cannot finish (its
+single-copy restriction, which HiGHS finishes on larger graphs, is
+planner/remat_single.py; tensorgraph/remat.py takes the cheapest of the three).
 
 The program is Checkmate's (Jain et al., "Checkmate: Breaking the Memory Wall with
 Optimal Tensor Rematerialization", MLSys 2020: R[t, i] compute, S[t, i] keep, memory
@@ -48,7 +50,8 @@ from tensorgraph.planner.remat import RematModel
 
 # Branch-and-bound nodes HiGHS may explore before it answers its best point and bound.
 DEFAULT_NODE_LIMIT = 500
-# Integer programs above this many variables go to the heuristic alone: the solver's
+# Integer programs above this many variables are not solved (the driver then has the
+# single-copy program, planner/remat_single.py, and the heuristic): the solver's
 # work budget. HiGHS's node limit does not bound its root (cuts, sub-MIP heuristics),
 # which took over 60 s on the small GPT-2's 3,543 variables on the shared 2-core
 # machine; the zoo MLP's program is far below this and solves in well under a second.

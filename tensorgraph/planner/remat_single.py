@@ -1,0 +1,262 @@
+"""The single-copy restriction of the recompute program: each recomputed forward value
+gets exactly one copy, emitted before a backward step and living from there through its
+last backward reader and the copies of the recomputed values reading it.
+
+This is the special case of planner/remat_milp.py's program (Checkmate's, several
+copies per value) in which every `R[u, j]` but one is 0 and the copy is carried to the
+end; it is the program tensorgraph solved before multiple recomputation landed
+(Moccasin's O(n) intervals per value on the fixed program order). It stays because HiGHS
+finishes it where it does not finish the full program: the full program's carries
+(`S`) and per-event originals give an LP relaxation whose root (cuts, sub-MIP
+heuristics, which the node limit does not bound) ran for minutes on the small GPT-2,
+so programs above `remat_milp.MAX_VARIABLES` are not solved; this one, though it has
+more variables (8,809 against the full program's 3,753 on benches/bench_mincut.py's
+GPT-2, 24,102 against 11,046 on its Llama), is monotone in `a` and solves to a
+certificate under its node limit in tens of seconds there, so the driver (tensorgraph/remat.py)
+takes the cheapest of the full program, this one and the heuristic, and is never worse
+than this program was alone. Its proven gap bounds the single-copy restriction only:
+0 means no single-copy point is cheaper, not that no multi-copy point is.
+
+Variables, per candidate `u` and stage `j` (stages: the steps of the program order,
+merged where no decision can change what is live):
+- `r[u]` (binary): `u` is recomputed; the objective is the sum of `cost[u] * r[u]`
+  (FLOPs, planner/flops.py);
+- `a[u, j]` (binary, backward stages): `u`'s copy is emitted by stage `j`; monotone in
+  `j`, at most `r[u]`, 1 at `u`'s first backward reader if recomputed, and set no later
+  than the copy of any recomputed candidate reading `u`;
+- `keep[u, j]`, `copy[u, j]` in [0, 1]: the original, and the copy, live at stage `j`,
+  bounded below by what reads them there (a kept value until its last backward reader
+  and until each recomputed reader's copy is emitted; a copy from its emission through
+  its last backward reader and its readers' emissions).
+The memory row of each stage: the bytes live in buffers the choice does not touch (the
+stage's largest), plus `size[u] * (keep[u, j] + copy[u, j])`, at most the budget.
+These rows are the single-copy model's, not exactly `RematModel.profile`'s (which
+gives each copy a sub-step of its own): a point may exceed the profile's peak by a
+buffer (seen: 64 B over at the least-memory budget of a random network). The driver
+(tensorgraph/remat.py) plans every point it takes and keeps it only where the placed
+arena fits, so the model is an estimate for this program as for the others.
+
+HiGHS runs deterministically under a node limit (branch-and-bound nodes, never
+seconds), on programs of at most SINGLE_MAX_VARIABLES variables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import LinearConstraint, milp
+from scipy.sparse import coo_array
+
+from tensorgraph.planner.remat import RematModel
+from tensorgraph.planner.remat_milp import RematChoice
+
+# Branch-and-bound nodes HiGHS may explore (the values the single-copy program ran
+# under before multiple recomputation: they certified GPT-2, Llama and ResNet-18).
+SINGLE_NODE_LIMIT = 2000
+# Programs above this many variables are not solved (its work budget).
+SINGLE_MAX_VARIABLES = 60_000
+
+
+def _horizons(model: RematModel) -> dict[int, int]:
+    """The latest step a candidate's copy can be emitted at: its first backward reader,
+    or (read only by other copies) the latest of its readers' horizons."""
+    horizon: dict[int, int] = {}
+    for u in reversed(model.candidates):
+        first = model.first_use[u]
+        later = [horizon[v] for v in model.consumers[u] if v in horizon]
+        if first is not None:
+            horizon[u] = first
+        elif later:
+            horizon[u] = max(later)
+    return horizon
+
+
+def solve_single_copy(
+    model: RematModel, budget: int, node_limit: int = SINGLE_NODE_LIMIT
+) -> RematChoice | None:
+    """The least-FLOPs recompute set, each recomputed root copied once (see the module
+    docstring), whose model peak is at most `budget` bytes; its gap bounds the
+    single-copy restriction only. None when the program is infeasible, too large
+    (SINGLE_MAX_VARIABLES) or finds no point within `node_limit` nodes."""
+    cands = model.candidates
+    is_cand = set(cands)
+    horizon = _horizons(model)
+    backward = sorted(
+        {s for u in cands for s in (model.first_use[u], model.last_use[u]) if s is not None}
+        | set(horizon.values())
+    )
+    # Emission points: the backward steps reading a candidate.
+    emission = sorted({p for p in _reader_steps(model)} | set(backward))
+    if not emission:
+        return None
+    first_backward = emission[0]
+    const_end = {
+        u: model.forward_last[u] if u in is_cand else model.baseline_end[u] for u in model.roots
+    }
+    marks = {0, model.steps}
+    for u in model.roots:
+        marks.update((model.born[u], const_end[u] + 1))
+        if model.last_use.get(u) is not None:
+            marks.add(model.last_use[u] + 1)
+    for e in emission:
+        marks.update((e, e + 1))
+    starts = sorted(m for m in marks if 0 <= m < model.steps)
+    bounds = [*starts[1:], model.steps]
+    base = np.asarray(model.base, dtype=np.int64)
+    seg_base = [int(base[s:e].max()) for s, e in zip(starts, bounds, strict=True)]
+    seg_of = {s: j for j, s in enumerate(starts)}
+    segs = range(len(starts))
+    back = [j for j in segs if starts[j] >= first_backward]
+
+    names: dict[tuple, int] = {}
+    integral: list[int] = []
+
+    def var(key: tuple, binary: bool) -> int:
+        if key not in names:
+            names[key] = len(names)
+            integral.append(1 if binary else 0)
+        return names[key]
+
+    rows: list[tuple[dict[int, float], float, float]] = []
+    for u in cands:
+        var(("r", u), True)
+    for u in cands:
+        r = names[("r", u)]
+        if u not in horizon:
+            continue
+        prev = None
+        for j in back:
+            if starts[j] > horizon[u]:
+                break
+            a = var(("a", u, j), True)
+            rows.append(({a: 1, r: -1}, -np.inf, 0))
+            if prev is not None:
+                rows.append(({prev: 1, a: -1}, -np.inf, 0))
+            prev = a
+        if model.first_use[u] is not None:
+            rows.append(({names[("a", u, seg_of[model.first_use[u]])]: 1, r: -1}, 0, np.inf))
+
+    # A copy is emitted no later than the copy of a recomputed candidate reading it.
+    for u in cands:
+        for v in model.consumers[u]:
+            for j in back:
+                a, b = names.get(("a", u, j)), names.get(("a", v, j))
+                if a is not None and b is not None:
+                    rows.append(({a: 1, b: -1, names[("r", u)]: -1}, -1, np.inf))
+
+    def a_at(v: int, j: int) -> int | None:
+        """a[v, j], or None when 0 (before the backward) or past v's horizon (then 1
+        if v is recomputed: emitted by its horizon)."""
+        return names.get(("a", v, j))
+
+    memory: list[dict[int, float]] = [{} for _ in segs]
+    for u in model.roots:
+        size = model.size[u]
+        ru = names.get(("r", u))
+        readers_u = [v for v in model.consumers[u] if v in horizon]
+        last = model.last_use.get(u) if u in is_cand else None
+        for j in segs:
+            s = starts[j]
+            if s <= const_end[u] or s < model.born[u]:
+                continue
+            # The original.
+            terms: list[tuple[dict[int, float], float]] = []
+            if last is not None and s <= last:
+                terms.append(({ru: 1}, 1.0))  # keep + r >= 1
+            for v in readers_u:
+                if s > horizon[v]:
+                    continue
+                row = {names[("r", v)]: -1.0}
+                if ru is not None:
+                    row[ru] = row.get(ru, 0) + 1.0
+                prev = a_at(v, j - 1) if j > 0 else None
+                if prev is not None:
+                    row[prev] = 1.0
+                terms.append((row, 0.0))
+            if terms:
+                k = var(("keep", u, j), False)
+                for row, lb in terms:
+                    rows.append(({k: 1, **row}, lb, np.inf))
+                memory[j][k] = memory[j].get(k, 0) + size
+        if u not in horizon:
+            continue
+        for j in back:
+            s = starts[j]
+            a = a_at(u, j)
+            if a is None:
+                continue
+            terms = []
+            if last is not None and s <= last:
+                terms.append(({a: -1}, 0.0))
+            for v in readers_u:
+                if s > horizon[v]:
+                    continue
+                row = {a: -1.0, names[("r", v)]: -1.0}
+                prev = a_at(v, j - 1)
+                if prev is not None:
+                    row[prev] = 1.0
+                terms.append((row, -1.0))
+            if terms:
+                c = var(("copy", u, j), False)
+                for row, lb in terms:
+                    rows.append(({c: 1, **row}, lb, np.inf))
+                memory[j][c] = memory[j].get(c, 0) + size
+    # The forward part of each root: live from its birth through const_end.
+    for j in segs:
+        s = starts[j]
+        fixed = sum(model.size[u] for u in model.roots if model.born[u] <= s <= const_end[u])
+        cap = budget - seg_base[j] - fixed
+        if cap < 0:
+            return None
+        if memory[j]:
+            rows.append((memory[j], -np.inf, cap))
+    n = len(names)
+    if n > SINGLE_MAX_VARIABLES:
+        return None
+    cost = np.zeros(n)
+    for u in cands:
+        cost[names[("r", u)]] = model.cost[u]
+    data, ri, ci, lo, hi = [], [], [], [], []
+    for k, (row, lb, ub) in enumerate(rows):
+        for col, val in row.items():
+            ri.append(k)
+            ci.append(col)
+            data.append(val)
+        lo.append(lb)
+        hi.append(ub)
+    matrix = coo_array((data, (ri, ci)), shape=(len(rows), n)).tocsr()
+    result = milp(
+        cost,
+        integrality=np.array(integral),
+        bounds=(np.zeros(n), np.ones(n)),
+        constraints=LinearConstraint(matrix, lo, hi) if rows else (),
+        options={"node_limit": node_limit, "mip_rel_gap": 0.0, "presolve": True},
+    )
+    if result.x is None:
+        return None
+    x = result.x
+    recompute = frozenset(u for u in cands if x[names[("r", u)]] > 0.5)
+    emit: dict[int, tuple[int, ...]] = {}
+    latest = model.latest_emission(recompute)
+    needed = set(latest)
+    for u in needed:
+        firsts = [starts[j] for j in back if ("a", u, j) in names and x[names[("a", u, j)]] > 0.5]
+        emit[u] = (min(firsts) if firsts else latest[u],)
+    flops = model.recompute_cost(recompute, emit)
+    peak = int(model.profile(recompute, emit).max(initial=0))
+    bound = getattr(result, "mip_dual_bound", None)
+    objective = float(result.fun)
+    if result.status == 0:
+        gap = 0.0
+    elif bound is None or objective <= 0:
+        gap = None
+    else:
+        gap = max(0.0, (objective - float(bound)) / objective)
+    return RematChoice(recompute, emit, flops, peak, "milp-single", gap)
+
+
+def _reader_steps(model: RematModel) -> set[int]:
+    steps: set[int] = set()
+    for u in model.candidates:
+        if model.first_use[u] is not None:
+            steps.update((model.first_use[u], model.last_use[u]))
+    return steps

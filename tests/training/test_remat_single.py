@@ -1,0 +1,100 @@
+"""The single-copy program beside multiple recomputation (issue 27, item 3): its points
+copy each recomputed value once; the driver's choice never costs more FLOPs than the
+single-copy program's point; with the full program out of
+reach (as on GPT-2 and Llama, above MAX_VARIABLES) the compiled step still fits its
+budget, equals the keep-everything step bit for bit and, on the MLP, is certified
+optimal for the single-copy restriction."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tensorgraph as tg
+from tensorgraph.planner import remat_milp
+from tensorgraph.planner.remat_single import solve_single_copy
+from tensorgraph.remat import RematReport, choose, compile_checkpointed
+from tests.training.remat_strategies import layered_networks
+from tests.training.test_remat import check_program, deep_mlp, feeds_for
+from tests.training.test_remat_multi import gradient_model
+
+
+@settings(max_examples=4, deadline=None)
+@given(graph=layered_networks(), fraction=st.floats(0.0, 1.0))
+def test_the_choice_never_costs_more_than_the_single_copy_program(graph, fraction):
+    _, _, model = gradient_model(graph)
+    everything = frozenset(model.candidates)
+    low, high = model.peak(everything, everything), model.peak(frozenset())
+    budget = int(low + fraction * (high - low))
+    single = solve_single_copy(model, budget)
+    chosen = choose(model, budget)
+    if single is not None:
+        assert all(len(steps) == 1 for steps in single.emit.values())  # one copy each
+        assert set(single.emit) <= single.recompute
+        assert int(model.profile(single.recompute, single.emit).max()) == single.peak
+        assert single.flops == sum(model.cost[u] for u in single.emit)
+        assert chosen is not None and chosen.flops <= single.flops
+    if chosen is not None and chosen.method != "milp-single":  # its rows are its own
+        assert int(model.profile(chosen.recompute, chosen.emit).max()) == chosen.peak <= budget
+    # At keep-everything's model peak, recomputing nothing fits: the optimum is 0 FLOPs.
+    at_high = solve_single_copy(model, high)
+    assert at_high is not None and at_high.flops == 0 and at_high.gap == 0.0
+
+
+@pytest.fixture
+def no_full_program(monkeypatch):
+    """The full program out of reach, as on the transformers' training steps."""
+    monkeypatch.setattr(remat_milp, "MAX_VARIABLES", 0)
+
+
+def test_without_the_full_program_the_single_copy_program_certifies_the_mlp(no_full_program):
+    grads = tg.value_and_grad(deep_mlp())
+    keep = tg.compile(grads)
+    layers = compile_checkpointed(grads)
+    budget = (keep.plan.arena_size + layers.plan.arena_size) // 2
+    prog = tg.compile(grads, memory_budget=budget)
+    assert prog.remat.method == "milp-single" and prog.remat.gap == 0.0
+    assert prog.remat.copies == len(prog.remat.recomputed)  # one copy per value
+    assert 0 < prog.remat.recompute_flops < layers.remat.recompute_flops
+    feeds = feeds_for(grads)
+    check_program(prog, budget, keep.run(*feeds, backend="numpy"), feeds)
+
+
+@settings(
+    max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # the fixture holds for every example: the full program stays out
+@given(graph=layered_networks(max_layers=3), fraction=st.floats(0.6, 0.95))
+def test_without_the_full_program_a_step_trains_as_without_a_budget(
+    no_full_program, graph, fraction
+):
+    rng = np.random.default_rng(0)
+    for p in graph.params:
+        graph.bind(p.name, rng.uniform(-1, 1, p.shape).astype(np.float32))
+    step = tg.train_step(graph, optimizer=tg.optim.AdamW(learning_rate=1e-3))
+    keep = tg.compile(step)
+    try:
+        prog = tg.compile(step, memory_budget=max(1, int(keep.plan.arena_size * fraction)))
+    except tg.PlanError as err:
+        assert "smallest budget found feasible" in str(err)
+        return
+    assert prog.remat.method != "milp"
+    feeds = feeds_for(step)
+    for _ in range(2):  # weights and moments update in place: every call agrees
+        ours = prog.run(*feeds, backend="arena")
+        theirs = keep.run(*feeds, backend="arena")
+        assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+
+
+def test_a_single_copy_report_with_its_copies_round_trips():
+    report = RematReport(100, "milp-single", 42, (3, 5), (7,), 0.0, 96, 128, 0.25, 2)
+    assert RematReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
+
+
+def test_a_report_saved_before_copies_were_stored_loads_with_none_counted():
+    raw = RematReport(100, "greedy", 42, (3,), (), None, 96, 128, 0.5, 4).to_dict()
+    del raw["copies"]
+    assert RematReport.from_dict(raw).copies == 0
