@@ -112,6 +112,8 @@ def adopt(
     cache["owner"] = weakref.ref(owner)  # weak: the owner's caches hold `program`
     cache["segment-source"], cache["compiled-source"] = segments, compiled
     cache["cache-bound"] = cache_bound
+    for key in [k for k in cache if k.startswith("constant-values-")]:
+        del cache[key]  # gathered from this program's own copies: now the owner's serve
 
 
 def _resident(program: object, device: mx.Device) -> dict[int, mx.array]:
