@@ -34,7 +34,7 @@ import numpy as np
 from tensorgraph.compiler import BACKENDS
 from tensorgraph.errors import RunError
 from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
-from tensorgraph.runtime.state import State, check_indices, check_state, check_values, host_checks
+from tensorgraph.runtime.state import HostCheckPlan, State, check_state, check_values, host_checks
 
 # Per-program facts computed once (states, feed nodes, host checks: each a scan of the
 # graph), keyed by the program: a decode step should not rescan its graph per call.
@@ -61,18 +61,21 @@ def new_state(
 
 
 def _facts(program: object) -> tuple:
-    """(states, feed nodes, host checks, the States already checked for this program:
-    a State's specs and backend never change, so `check_state` passes once for good)."""
+    """(states, feed nodes, host checks planned (`HostCheckPlan`), the States already
+    checked for this program: a State's specs and backend never change, so
+    `check_state` passes once for good, and the output positions of state updates)."""
     facts = _FACTS.get(program)
     if facts is None:
         graph = program.graph
-        facts = (tuple(graph.states), feed_nodes(graph), host_checks(graph), weakref.WeakSet())
+        checks = HostCheckPlan(host_checks(graph))
+        updates = frozenset(graph.state_positions.values())
+        facts = (tuple(graph.states), feed_nodes(graph), checks, weakref.WeakSet(), updates)
         _FACTS[program] = facts
     return facts
 
 
-def _returned(graph: object, outputs: list) -> list:
-    updates = set(graph.state_positions.values())
+def _returned(updates: frozenset[int], outputs: list) -> list:
+    """`outputs` less those at the positions `updates` (committed to the state)."""
     return [value for k, value in enumerate(outputs) if k not in updates]
 
 
@@ -87,7 +90,7 @@ def call(
     """The outputs `graph.returned` of one run of `program` (see the module docstring);
     `state` None runs on the program's default state for `backend`."""
     graph = program.graph
-    states, nodes, checks, checked = _facts(program)
+    states, nodes, checks, checked, updates = _facts(program)
     if not states:
         if state is not None:
             raise RunError(f"graph {graph.name!r} has no states, but a state was given")
@@ -102,8 +105,8 @@ def call(
     check_values(state, states)  # a value replaced since: every call
     if checks and backend != "mlx":  # the MLX executor checks them itself (its guards)
         feeds = bind_feeds(graph, inputs, params, nodes=nodes)
-        check_indices(graph, checks, feeds, state)
-    return _returned(graph, _run(program, inputs, params, backend, state, options))
+        checks(feeds, state)  # check_indices, planned once per program
+    return _returned(updates, _run(program, inputs, params, backend, state, options))
 
 
 def _run(

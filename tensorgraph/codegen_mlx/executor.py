@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -61,7 +61,7 @@ from tensorgraph.ir.ops import OPS
 from tensorgraph.planner.sharing import shared_of
 from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
 from tensorgraph.runtime.kernels import constant_value
-from tensorgraph.runtime.state import check_indices, host_checks
+from tensorgraph.runtime.state import HostCheckPlan, host_checks
 
 MODES = ("auto", "eager", "compiled")
 # A segment may allocate this fraction of the plan's footprint beyond the arena: half
@@ -112,6 +112,8 @@ def adopt(
     cache["owner"] = weakref.ref(owner)  # weak: the owner's caches hold `program`
     cache["segment-source"], cache["compiled-source"] = segments, compiled
     cache["cache-bound"] = cache_bound
+    for key in [k for k in cache if k.startswith("constant-values-")]:
+        del cache[key]  # gathered from this program's own copies: now the owner's serve
 
 
 def _resident(program: object, device: mx.Device) -> dict[int, mx.array]:
@@ -140,6 +142,14 @@ def _host_checks(program: object) -> tuple:
     return cache["host-checks"]
 
 
+def _host_plan(program: object) -> HostCheckPlan:
+    """`HostCheckPlan(_host_checks(program))`: the host checks planned once per program."""
+    cache = _cache(program)
+    if "host-plan" not in cache:
+        cache["host-plan"] = HostCheckPlan(_host_checks(program))
+    return cache["host-plan"]
+
+
 def _in_range(program: object) -> frozenset[int]:
     """Ids of the nodes whose indices are a graph input or a state that `_check_on_host`
     proves in range before every run: their traces need no index replacement pass
@@ -165,11 +175,11 @@ def _check_on_host(
     runs eagerly with every guard, which raises the first broken precondition in
     schedule order, as the other executors and the oracle do (the host's check is in
     graph order)."""
-    checks = _host_checks(program)
-    if not checks:
+    plan = _host_plan(program)
+    if not plan:
         return
     try:
-        check_indices(program.graph, checks, feeds, state)
+        plan(feeds, state)
     except RunError:
         graph = program.graph
         if graph.states:
@@ -205,11 +215,14 @@ def _boundary_values(
     time and double peak memory. mx.array feeds are used as they are."""
     cache = _resident(program, device)
     constants, bound = _boundary_nodes(program)
-    values = {}
-    for node in constants:
-        if node.id not in cache:
-            cache[node.id] = to_mx(constant_value(node))
-        values[node.id] = cache[node.id]
+    kept = _cache(program)
+    key = f"constant-values-{device}"  # the same arrays as `cache` holds, gathered once
+    if key not in kept:
+        for node in constants:
+            if node.id not in cache:
+                cache[node.id] = to_mx(constant_value(node))
+        kept[key] = {node.id: cache[node.id] for node in constants}
+    values = dict(kept[key])
     shared = shared_of(program)
     for node_id in list(feeds):
         # consumed: a state's array must have no other reference left, so that MLX can
@@ -403,9 +416,11 @@ def run_mlx(
     _check_on_host(program, feeds, target, state)
     if "states" not in cache:
         cache["states"] = tuple(graph.states)
+        cache["updates"] = {k: name for name, k in graph.state_positions.items()}
+        cache["updated"] = frozenset(graph.state_positions)
     # donate only when nothing is left to check on the device (codegen_mlx/state.py)
     donate = not _guarded(program)
-    handed = _hand_over(cache["states"], graph.state_positions, state, feeds, donate)
+    handed = _hand_over(cache["states"], cache["updated"], state, feeds, donate)
     bound = cache.get("cache-bound")
     if bound is not None:  # restored below: the limit is MLX's, process-wide
         previous = mx.set_cache_limit(bound)
@@ -426,7 +441,7 @@ def run_mlx(
 
 def _hand_over(
     states: Sequence[Node],
-    updated: Mapping[str, int],
+    updated: Collection[str],
     state: object | None,
     feeds: dict[int, object],
     donate: bool,
@@ -441,12 +456,14 @@ def _hand_over(
             feeds[node.id] = to_mx(np.zeros(node.shape, node.dtype.to_numpy()))
         return []
     moved = []
+    values = state.values
     for node in states:
-        if donate and node.name in updated:
-            feeds[node.id] = state.values.pop(node.name)
-            moved.append(node.name)
+        name = node.name
+        if donate and name in updated:
+            feeds[node.id] = values.pop(name)
+            moved.append(name)
         else:
-            feeds[node.id] = state.values[node.name]
+            feeds[node.id] = values[name]
     return moved
 
 
@@ -460,7 +477,7 @@ def _run(
     state: object | None,
 ) -> list:
     graph = program.graph
-    updates = {k: name for name, k in graph.state_positions.items()}
+    updates = _cache(program)["updates"]  # output position -> state name (run_mlx)
     with mx.stream(target):
         if stats:
             held = {id(v): v.nbytes for v in _resident(program, target).values()}

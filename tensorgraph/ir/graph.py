@@ -3,8 +3,11 @@
 A Graph is the one mutable object of the IR, and only by appending (`input`, `param`,
 `constant`, `state`, `output`, `update_state`, `add`): nodes are never changed or removed
 in place. Passes make new graphs with `Graph.from_nodes`. Derived facts (users, names)
-are computed from the nodes. Bound param values (weights known at compile time) travel
-with the graph.
+are computed from the nodes; the node tuple and the boundary lists (`nodes`, `inputs`,
+`params`, `states`, `boundary(op)`) are computed once and kept until the next append
+(`_append` is the one place nodes are added, so the kept ones are never stale): an
+executor running one graph per decode step reads them on every call. Bound param values
+(weights known at compile time) travel with the graph.
 
 State: a `state` node is a persistent buffer (a KV cache) that a call reads as it was
 left by the previous call (when fresh: the initial value the graph carries for it in
@@ -67,13 +70,18 @@ class Graph:
         self.state_values: dict[str, np.ndarray] = {}  # state name -> initial value (else zeros)
         self._dims: dict[str, Dim] = {}  # the Dims in node shapes and attributes, by name
         self._next_id = 0
+        # derived from _nodes, dropped by _append: "" -> every node, op -> its nodes
+        self._kept: dict[str, tuple[Node, ...]] = {}
 
     # ------------------------------------------------------------ reading
 
     @property
     def nodes(self) -> Sequence[Node]:
         """Every node, in a valid topological order (read-only view)."""
-        return tuple(self._nodes)
+        kept = self._kept.get("")
+        if kept is None:
+            kept = self._kept[""] = tuple(self._nodes)
+        return kept
 
     @property
     def outputs(self) -> tuple[int, ...]:
@@ -119,8 +127,12 @@ class Graph:
         return len(self._nodes)
 
     def boundary(self, op: str) -> list[Node]:
-        """The nodes of boundary op `op` ('input', 'param' or 'constant'), in order."""
-        return [n for n in self._nodes if n.op == op]
+        """The nodes of boundary op `op` ('input', 'param', 'constant' or 'state'), in
+        order: a fresh list each call (the caller may change it), of nodes found once."""
+        kept = self._kept.get(op)
+        if kept is None:
+            kept = self._kept[op] = tuple(n for n in self._nodes if n.op == op)
+        return list(kept)
 
     @property
     def inputs(self) -> list[Node]:
@@ -232,6 +244,7 @@ class Graph:
                         f"{known.describe()} of the same name"
                     )
         self._nodes.append(node)
+        self._kept.clear()
         self._by_id[node.id] = node
         self._next_id = max(self._next_id, node.id + 1)
 

@@ -557,9 +557,20 @@ INPUT_ROLES = {
 }
 
 
-def _feeds(graph: tg.Graph, values: Mapping[str, object]) -> dict[str, np.ndarray]:
-    """Each input of the entry `graph` fed its role's value, in the input's dtype."""
-    feeds = {}
+def _feeds(
+    graph: tg.Graph, values: Mapping[str, object], roles: list | None = None
+) -> dict[str, np.ndarray]:
+    """Each input of the entry `graph` fed its role's value, in the input's dtype (a
+    copy: the caller may change its arrays later); `roles`: `_roles(graph)`, when the
+    caller keeps it."""
+    roles = _roles(graph) if roles is None else roles
+    return {name: np.array(values[role], dtype, order="C") for name, role, dtype in roles}
+
+
+def _roles(graph: tg.Graph) -> list[tuple[str, str, np.dtype]]:
+    """(input name, its role, its NumPy dtype) for every input of entry `graph`: what
+    `_feeds` feeds, read once per step. RunError naming an input of no role."""
+    roles = []
     for node in graph.inputs:
         role = INPUT_ROLES.get(node.name)
         if role is None:
@@ -567,8 +578,8 @@ def _feeds(graph: tg.Graph, values: Mapping[str, object]) -> dict[str, np.ndarra
                 f"entry {graph.name!r}: input {node.name!r} is none of the generation inputs "
                 f"{sorted(INPUT_ROLES)}"
             )
-        feeds[node.name] = np.array(values[role], node.dtype.to_numpy(), order="C")
-    return feeds
+        roles.append((node.name, role, node.dtype.to_numpy()))
+    return roles
 
 
 def generation_memory(program: object) -> GenerationMemory:
@@ -642,9 +653,14 @@ def generate(
     draws = sampler.generator()
     out = np.empty((layout.batch, tokens), np.int32)
 
+    entry_roles: dict[str, list] = {}  # entry -> its _roles, read once per generate
+
     def call(entry: str, ids: np.ndarray, position: int) -> np.ndarray:
+        graph = program.entries[entry].graph
+        if entry not in entry_roles:
+            entry_roles[entry] = _roles(graph)
         roles = {"ids": ids, "position": position, "length": length}
-        feeds = _feeds(program.entries[entry].graph, roles)
+        feeds = _feeds(graph, roles, entry_roles[entry])
         (logits,) = program.run(entry, feeds, backend=backend, state=state, **backend_options)
         return np.asarray(logits).reshape(layout.batch, -1)
 

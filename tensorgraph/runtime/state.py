@@ -40,6 +40,7 @@ from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import OPS
 from tensorgraph.runtime.kernels import (
+    KERNELS,
     constant_value,
     evaluate,
     slice_start_fits,
@@ -314,43 +315,103 @@ def check_indices(
     (`host_checks(graph)`) is out of range for the `feeds` of a call (node id -> value)
     and the current values of `state` (None: states read zeros, as a run without a
     State does): the first such node in graph order. Checks of one rule (a decode
-    step's four cache writes at one position) are evaluated once."""
-    values: dict[int, np.ndarray] = {}
-    done: set[tuple[int, str, int, int]] = set()
-    for check in checks:
-        rule = check.rule
-        if rule in done:
-            continue
-        done.add(rule)
-        for n in check.cone:
-            if n.id in values:
+    step's four cache writes at one position) are evaluated once. A caller that runs
+    one graph many times keeps `HostCheckPlan(checks)` and calls it instead: the same
+    checks, planned once."""
+    HostCheckPlan(checks)(feeds, state)
+
+
+class HostCheckPlan:
+    """`check_indices` for fixed `checks`, planned once: each distinct rule with the
+    cone nodes it evaluates first (none an earlier rule evaluated), the constants read
+    once, and each op's NumPy kernel looked up once. Calling it with a call's feeds and
+    State raises exactly what `check_indices` raises, in the same order (rules in graph
+    order, each cone's ops before its test), and writes nothing anywhere.
+
+    An op is computed as `kernels.evaluate` computes it (its kernel under NumPy's
+    errstate, entered once per rule, the result's shape checked, cast to the node's
+    dtype) but without evaluate's fresh copy: the values are only read here, never handed out. An op
+    without a NumPy kernel keeps `evaluate` itself, which raises its RunError when the
+    check is run, as before."""
+
+    def __init__(self, checks: Sequence[HostCheck]) -> None:
+        self.constants: dict[int, np.ndarray] = {}
+        self.rules: list[tuple[tuple[tuple[Node, object], ...], HostCheck]] = []
+        planned: set[int] = set()
+        done: set[tuple[int, str, int, int]] = set()
+        for check in checks:
+            if check.rule in done:
                 continue
-            if n.op == "input":
-                values[n.id] = np.asarray(feeds[n.id])
-            elif n.op == "state":
-                values[n.id] = (
-                    np.zeros(n.shape, n.dtype.to_numpy())
-                    if state is None
-                    else state.host_value(n.name)
-                )
-            elif n.op == "constant":
-                values[n.id] = constant_value(n)
-            else:
-                values[n.id] = evaluate(n, [values[i] for i in n.inputs])
-        index = values[rule[0]].astype(np.int64)
-        size, node = check.size, check.node
-        if check.kind == "start":
-            start = int(index.reshape(-1)[0]) if index.size else 0
-            if not slice_start_fits(start, check.rows, size):
-                raise RunError(slice_start_message(node, start, check.rows, size))
-            continue
-        low = -size if check.kind == "signed" else 0
-        bad = (index < low) | (index >= size)
-        if bad.any():
+            done.add(check.rule)
+            steps = []
+            for node in check.cone:
+                if node.id in planned:
+                    continue
+                planned.add(node.id)
+                if node.op == "constant":
+                    self.constants[node.id] = constant_value(node)
+                else:
+                    steps.append((node, _host_step(node)))
+            self.rules.append((tuple(steps), check))
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def __call__(self, feeds: Mapping[int, object], state: State | None = None) -> None:
+        values = dict(self.constants)
+        for steps, check in self.rules:
+            # one errstate per rule, not per op (as evaluate: IEEE inf/nan, NumPy's casts)
+            with np.errstate(all="ignore"):
+                for node, step in steps:
+                    if step == "input":
+                        values[node.id] = np.asarray(feeds[node.id])
+                    elif step == "state":
+                        values[node.id] = (
+                            np.zeros(node.shape, node.dtype.to_numpy())
+                            if state is None
+                            else state.host_value(node.name)
+                        )
+                    else:
+                        values[node.id] = step(node, [values[i] for i in node.inputs])
+            _test(check, values[check.rule[0]].astype(np.int64))
+
+
+def _host_step(node: Node) -> object:
+    """How `HostCheckPlan` computes `node`: "input", "state", or a function of (node,
+    args) computing what `evaluate` computes (see HostCheckPlan)."""
+    if node.op in ("input", "state"):
+        return node.op
+    kernel = KERNELS.get(node.op)
+    if kernel is None:
+        return evaluate  # raises its RunError naming the node, when the check runs
+    target = node.dtype.to_numpy()
+
+    def step(node: Node, args: list[np.ndarray]) -> np.ndarray:  # under the caller's errstate
+        result = np.asarray(kernel(node, args))
+        if result.shape != node.shape:
             raise RunError(
-                f"{describe(node)}: index {index[bad].flat[0]} is out of range for axis "
-                f"{node.attr('axis')} of size {size}"
+                f"{describe(node)}: kernel result has shape {result.shape}, the node {node.shape}"
             )
+        return result if result.dtype == target else result.astype(target, order="C")
+
+    return step
+
+
+def _test(check: HostCheck, index: np.ndarray) -> None:
+    """RunError naming `check`'s node and both numbers unless `index` is in range."""
+    size, node = check.size, check.node
+    if check.kind == "start":
+        start = int(index.reshape(-1)[0]) if index.size else 0
+        if not slice_start_fits(start, check.rows, size):
+            raise RunError(slice_start_message(node, start, check.rows, size))
+        return
+    low = -size if check.kind == "signed" else 0
+    bad = (index < low) | (index >= size)
+    if bad.any():
+        raise RunError(
+            f"{describe(node)}: index {index[bad].flat[0]} is out of range for axis "
+            f"{node.attr('axis')} of size {size}"
+        )
 
 
 def check_values(state: State, states: Sequence[Node]) -> None:
@@ -370,10 +431,28 @@ def check_values(state: State, states: Sequence[Node]) -> None:
             kind_ok = isinstance(value, np.ndarray)
         else:
             kind_ok = type(value).__module__.partition(".")[0] == "mlx"
-        dtype = str(dtype).rsplit(".", 1)[-1]
+        dtype = _dtype_name(dtype)
         if not kind_ok or tuple(shape) != node.shape or dtype != node.dtype.name:
             found = type(value).__name__ + (f" {tuple(shape)} {dtype}" if kind_ok else "")
             raise RunError(
                 f"state {node.name!r}: expected a {state.backend} array {node.shape} "
                 f"{node.dtype} but the State holds {found}"
             )
+
+
+# (type, dtype) -> name, read once per dtype; keyed with the type because dtypes compare
+# equal across kinds (np.dtype("int64") == np.int64) while their str differ
+_DTYPE_NAMES: dict[tuple[type, object], str] = {}
+
+
+def _dtype_name(dtype: object) -> str:
+    """The last dotted part of `str(dtype)` ("float32" for mlx.core.float32 and NumPy's
+    float32), kept per dtype: `check_values` reads it for every state on every call."""
+    key = (type(dtype), dtype)
+    try:
+        name = _DTYPE_NAMES.get(key)
+    except TypeError:  # an unhashable dtype (values are duck-typed): not kept
+        return str(dtype).rsplit(".", 1)[-1]
+    if name is None:
+        name = _DTYPE_NAMES[key] = str(dtype).rsplit(".", 1)[-1]
+    return name
