@@ -220,22 +220,7 @@ def solve_milp(
     for key, k in names.items():
         if key[0] == "R":
             cost[k] = model.cost[key[1]] / price
-    data, ri, ci, lo_b, hi_b = [], [], [], [], []
-    for k, (row, lb, ub) in enumerate(rows):
-        for col, val in row.items():
-            ri.append(k)
-            ci.append(col)
-            data.append(val)
-        lo_b.append(lb)
-        hi_b.append(ub)
-    matrix = coo_array((data, (ri, ci)), shape=(len(rows), n)).tocsr()
-    result = milp(
-        cost,
-        integrality=np.array(integral),
-        bounds=(np.zeros(n), np.ones(n)),
-        constraints=LinearConstraint(matrix, lo_b, hi_b) if rows else (),
-        options={"node_limit": node_limit, "mip_rel_gap": 0.0, "presolve": True},
-    )
+    result = run_program(cost, rows, integral, node_limit)
     if result.x is None:
         return None
     x = result.x
@@ -253,16 +238,7 @@ def solve_milp(
     }
     flops = model.recompute_cost(recompute, emit)
     peak = int(model.profile(recompute, emit).max(initial=0))
-    bound = getattr(result, "mip_dual_bound", None)
-    objective = float(result.fun) * price
-    bound = None if bound is None else float(bound) * price
-    if result.status == 0:
-        gap = 0.0
-    elif bound is None or objective <= 0:
-        gap = None
-    else:
-        gap = max(0.0, (objective - float(bound)) / objective)
-    return RematChoice(recompute, emit, flops, peak, "milp", gap)
+    return RematChoice(recompute, emit, flops, peak, "milp", proven_gap(result, price))
 
 
 def solve_greedy(
@@ -356,3 +332,39 @@ def solve_greedy(
         "greedy",
         None,
     )
+
+
+def run_program(cost: np.ndarray, rows: list, integral: list, node_limit: int) -> object:
+    """HiGHS's answer (scipy.optimize.milp) to: minimise `cost` @ x over x in [0, 1]^n,
+    integral where `integral` says, every (row, lb, ub) of `rows` (row: column ->
+    coefficient) holding lb <= row @ x <= ub; at most `node_limit` branch-and-bound
+    nodes, no relative-gap stop (the same answer on any machine)."""
+    n = len(cost)
+    data, ri, ci, lo, hi = [], [], [], [], []
+    for k, (row, lb, ub) in enumerate(rows):
+        for col, val in row.items():
+            ri.append(k)
+            ci.append(col)
+            data.append(val)
+        lo.append(lb)
+        hi.append(ub)
+    matrix = coo_array((data, (ri, ci)), shape=(len(rows), n)).tocsr()
+    return milp(
+        cost,
+        integrality=np.array(integral),
+        bounds=(np.zeros(n), np.ones(n)),
+        constraints=LinearConstraint(matrix, lo, hi) if rows else (),
+        options={"node_limit": node_limit, "mip_rel_gap": 0.0, "presolve": True},
+    )
+
+
+def proven_gap(result: object, scale: float = 1.0) -> float | None:
+    """(incumbent - dual bound) / incumbent of `run_program`'s `result`, whose objective
+    is in units of `scale`: 0.0 when HiGHS proved it optimal, None without a bound."""
+    if result.status == 0:
+        return 0.0
+    bound = getattr(result, "mip_dual_bound", None)
+    objective = float(result.fun) * scale
+    if bound is None or objective <= 0:
+        return None
+    return max(0.0, (objective - float(bound) * scale) / objective)

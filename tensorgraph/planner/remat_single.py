@@ -43,11 +43,9 @@ seconds), on programs of at most SINGLE_MAX_VARIABLES variables.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import LinearConstraint, milp
-from scipy.sparse import coo_array
 
 from tensorgraph.planner.remat import RematModel
-from tensorgraph.planner.remat_milp import RematChoice
+from tensorgraph.planner.remat_milp import RematChoice, proven_gap, run_program
 
 # Branch-and-bound nodes HiGHS may explore (the values the single-copy program ran
 # under before multiple recomputation: they certified GPT-2, Llama and ResNet-18).
@@ -215,22 +213,7 @@ def solve_single_copy(
     cost = np.zeros(n)
     for u in cands:
         cost[names[("r", u)]] = model.cost[u]
-    data, ri, ci, lo, hi = [], [], [], [], []
-    for k, (row, lb, ub) in enumerate(rows):
-        for col, val in row.items():
-            ri.append(k)
-            ci.append(col)
-            data.append(val)
-        lo.append(lb)
-        hi.append(ub)
-    matrix = coo_array((data, (ri, ci)), shape=(len(rows), n)).tocsr()
-    result = milp(
-        cost,
-        integrality=np.array(integral),
-        bounds=(np.zeros(n), np.ones(n)),
-        constraints=LinearConstraint(matrix, lo, hi) if rows else (),
-        options={"node_limit": node_limit, "mip_rel_gap": 0.0, "presolve": True},
-    )
+    result = run_program(cost, rows, integral, node_limit)
     if result.x is None:
         return None
     x = result.x
@@ -243,15 +226,7 @@ def solve_single_copy(
         emit[u] = (min(firsts) if firsts else latest[u],)
     flops = model.recompute_cost(recompute, emit)
     peak = int(model.profile(recompute, emit).max(initial=0))
-    bound = getattr(result, "mip_dual_bound", None)
-    objective = float(result.fun)
-    if result.status == 0:
-        gap = 0.0
-    elif bound is None or objective <= 0:
-        gap = None
-    else:
-        gap = max(0.0, (objective - float(bound)) / objective)
-    return RematChoice(recompute, emit, flops, peak, "milp-single", gap)
+    return RematChoice(recompute, emit, flops, peak, "milp-single", proven_gap(result))
 
 
 def _reader_steps(model: RematModel) -> set[int]:
