@@ -111,14 +111,8 @@ def solve_milp(
         delta[const_end[u] + 1] -= model.size[u]
     fixed = np.asarray(model.base, dtype=np.int64) + np.cumsum(delta)[: model.steps]
 
-    names: dict[tuple, int] = {}
-    integral: list[int] = []
-
-    def var(key: tuple, binary: bool) -> int:
-        if key not in names:
-            names[key] = len(names)
-            integral.append(1 if binary else 0)
-        return names[key]
+    var = Columns()
+    names, integral = var.names, var.integral
 
     def orig(u: int, j: int) -> int | None:
         """O[u, j], or None when the original is live at event j whatever the choice."""
@@ -368,3 +362,19 @@ def proven_gap(result: object, scale: float = 1.0) -> float | None:
     if bound is None or objective <= 0:
         return None
     return max(0.0, (objective - float(bound) * scale) / objective)
+
+
+class Columns:
+    """The integer programs' variables: `names` (key -> column, in the order first asked
+    for) and `integral` (per column, 1 binary, 0 continuous in [0, 1]). Calling it with a
+    key gives the key's column, adding it on first use."""
+
+    def __init__(self) -> None:
+        self.names: dict[tuple, int] = {}
+        self.integral: list[int] = []
+
+    def __call__(self, key: tuple, binary: bool) -> int:
+        if key not in self.names:
+            self.names[key] = len(self.names)
+            self.integral.append(1 if binary else 0)
+        return self.names[key]

@@ -45,7 +45,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorgraph.planner.remat import RematModel
-from tensorgraph.planner.remat_milp import RematChoice, proven_gap, run_program
+from tensorgraph.planner.remat_milp import Columns, RematChoice, proven_gap, run_program
 
 # Branch-and-bound nodes HiGHS may explore (the values the single-copy program ran
 # under before multiple recomputation: they certified GPT-2, Llama and ResNet-18).
@@ -105,14 +105,8 @@ def solve_single_copy(
     segs = range(len(starts))
     back = [j for j in segs if starts[j] >= first_backward]
 
-    names: dict[tuple, int] = {}
-    integral: list[int] = []
-
-    def var(key: tuple, binary: bool) -> int:
-        if key not in names:
-            names[key] = len(names)
-            integral.append(1 if binary else 0)
-        return names[key]
+    var = Columns()
+    names, integral = var.names, var.integral
 
     rows: list[tuple[dict[int, float], float, float]] = []
     for u in cands:
