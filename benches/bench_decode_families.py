@@ -203,15 +203,16 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = parser.parse_args()
-    mx.set_default_device(mx.cpu)
+    mx.set_default_device(mx.cpu if args.device == "cpu" else mx.gpu)
     s = SIZES[args.size]
     print(
         f"{args.size}: {s['num_hidden_layers']} layers, hidden {s['hidden_size']}, "
         f"{s['num_attention_heads']} heads / {s['num_key_value_heads']} kv heads x "
         f"{s['head_dim']}, mlp {s['intermediate_size']}, vocab {s['vocab_size']}; max_seq "
         f"{MAX_SEQ}, prompt {args.prompt_len} (bucket {BUCKET}), {args.tokens} new tokens, "
-        f"best of {args.runs}; MLX cpu; {blas_info()}"
+        f"best of {args.runs}; MLX {args.device}; {blas_info()}"
     )
     print(
         f"{'family':<8} {'tg tok/s':>9} {'compiled':>9} {'eager':>9} {'tg/best hand':>12} "

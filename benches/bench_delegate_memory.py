@@ -287,10 +287,10 @@ def compare(model: str, size_name: str, runs: int, save: Path | None = None) -> 
     }
 
 
-def peak_alone(model: str, size_name: str, name: str, saved: Path) -> tuple[int, int]:
-    """`measure_peak` of contender `name`, in a fresh process."""
+def peak_alone(model: str, size_name: str, name: str, saved: Path, device: str) -> tuple[int, int]:
+    """`measure_peak` of contender `name`, in a fresh process on MLX `device`."""
     command = [sys.executable, __file__, "--peak-of", model, name, str(saved)]
-    command += ["--size", size_name]
+    command += ["--size", size_name, "--device", device]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     peak, resident = done.stdout.split()[-2:]
     return int(peak), int(resident)
@@ -316,19 +316,25 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--size", choices=tuple(SIZES), default="default")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--peak-of", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    mx.set_default_device(mx.cpu)
+    mx.set_default_device(mx.cpu if args.device == "cpu" else mx.gpu)
     if args.peak_of:
         print(*measure_peak(args.peak_of[0], args.size, args.peak_of[1], Path(args.peak_of[2])))
         return
-    print(f"size {args.size}: {SIZES[args.size]}; MLX cpu; {blas_info()}; min of {args.runs}")
+    print(
+        f"size {args.size}: {SIZES[args.size]}; MLX {args.device}; {blas_info()}; "
+        f"min of {args.runs}"
+    )
     mib = 2**20
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory() as folder:
             saved = Path(folder) / f"{model}.tgp"
             result = compare(model, args.size, args.runs, saved)
-            measured = {name: peak_alone(model, args.size, name, saved) for name in CONTENDERS}
+            measured = {
+                name: peak_alone(model, args.size, name, saved, args.device) for name in CONTENDERS
+            }
         peaks = {name: peak for name, (peak, _) in measured.items()}
         above = {name: peak - resident for name, (peak, resident) in measured.items()}
         plan = result.pop("plan")

@@ -113,10 +113,11 @@ def timed(step) -> tuple[float, float]:
     return loss, time.perf_counter() - began
 
 
-def peak_alone(model: str, name: str) -> int:
+def peak_alone(model: str, name: str, device: str) -> int:
     """MLX's peak bytes over a step of contender `name`, after its warm-up step, in a
-    fresh process holding only that contender."""
+    fresh process holding only that contender, on MLX `device`."""
     command = [sys.executable, __file__, "--model", model, "--memory-of", name]
+    command += ["--device", device]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return int(done.stdout.split()[-1])
 
@@ -127,7 +128,7 @@ def weights_and_moments(sizes: dict) -> int:
     return sizes["state"]
 
 
-def bench(model: str, runs: int) -> str:
+def bench(model: str, runs: int, device: str) -> str:
     tg_step, sizes = tg_contender(model)
     steps = {
         CONTENDERS[0]: tg_step,
@@ -141,7 +142,7 @@ def bench(model: str, runs: int) -> str:
             loss, seconds = timed(step)
             losses[name].append(loss)
             best[name] = min(best[name], seconds) if len(losses[name]) > 1 else best[name]
-    peaks = {name: peak_alone(model, name) for name in steps}
+    peaks = {name: peak_alone(model, name, device) for name in steps}
     plan = sizes["arena"] + sizes["state"] + sizes["constants"] + sizes["io"]
     hand_above = peaks[HAND] - weights_and_moments(sizes)
     theirs = np.array(losses[HAND])
@@ -151,7 +152,7 @@ def bench(model: str, runs: int) -> str:
     worst = max(float(np.max(np.abs(m - theirs) / np.abs(theirs))) for m in mine)
     c = CONFIGS[model]
     lines = [
-        f"{model} {c}; AdamW lr {LEARNING_RATE}; MLX cpu; {blas_info()}",
+        f"{model} {c}; AdamW lr {LEARNING_RATE}; MLX {device}; {blas_info()}",
         f"{'contender':<26} {'step ms':>9} {'vs hand':>8} {'peak MiB':>9}",
     ]
     for name in steps:
@@ -177,9 +178,10 @@ def main() -> None:
     parser.add_argument("--model", choices=(*CONFIGS, "all"), default="all")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--figures", type=Path, default=None, help="append the figures here")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--memory-of", choices=CONTENDERS, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    mx.set_default_device(mx.cpu)
+    mx.set_default_device(mx.cpu if args.device == "cpu" else mx.gpu)
     if args.memory_of:
         if args.memory_of == HAND:
             step = hand_contender(args.model)
@@ -192,10 +194,13 @@ def main() -> None:
         print(mx.get_peak_memory())
         return
     models = tuple(CONFIGS) if args.model == "all" else (args.model,)
-    text = "\n\n".join(bench(model, args.runs) for model in models)
+    text = "\n\n".join(bench(model, args.runs, args.device) for model in models)
     print(text)
     if args.figures:
-        command = f"python benches/bench_train.py --model {args.model} --runs {args.runs}"
+        command = (
+            f"python benches/bench_train.py --model {args.model} --runs {args.runs} "
+            f"--device {args.device}"
+        )
         with args.figures.open("a") as out:
             out.write(f"```\n$ {command}\n{text}\n```\n\n")
 
