@@ -16,7 +16,10 @@ against, so a better order can beat any planner on the program order. Strategies
 - `best`: evaluates the others with the exact cost below and runs a bounded local
   search (sink a producer of a buffer live at the peak to just before its first reader,
   or hoist a last reader of such a buffer to just after its latest input), keeping the
-  lowest; never worse than `program`, since `program` is a candidate.
+  lowest; never worse than `program`, since `program` is a candidate. Each heuristic's
+  order (and the search's result) is also costed with its state updates placed
+  (planner/update_placement.py: each update chain right after the last reader of the
+  state's old value, so it writes over the state and frees its gradient there).
 
 The exact cost of an order (`CostModel`) is the lower bound of the plan the compiler
 would make for it: the alias analyses run for that order, the one liveness analysis
@@ -58,6 +61,7 @@ from tensorgraph.planner.aliasing import (
 )
 from tensorgraph.planner.buffers import lower_bound
 from tensorgraph.planner.liveness import Liveness, analyze
+from tensorgraph.planner.update_placement import place_updates
 
 STRATEGIES = ("program", "greedy", "subtree", "best")
 # Work units for `best`'s local search: one unit per node of every candidate order it
@@ -401,11 +405,22 @@ def schedule(
         )
     deadline = None if time_limit is None else time.perf_counter() + time_limit
     best_order, best_name, best_peak = program, "program", program_peak
-    for name, build in builders.items():
-        order = build(graph, cost.analyses)
-        peaks[name] = cost.peak(order)
-        if peaks[name] < best_peak:
-            best_order, best_name, best_peak = order, name, peaks[name]
+    candidates = {"program": program}
+    candidates.update((name, build(graph, cost.analyses)) for name, build in builders.items())
+    for name, order in candidates.items():
+        if name != "program":
+            peaks[name] = cost.peak(order)
+            if peaks[name] < best_peak:
+                best_order, best_name, best_peak = order, name, peaks[name]
+        # Each order again with the state updates placed (planner/update_placement.py):
+        # the heuristics score an update as a new arena buffer and the local search moves
+        # one node at a time, so neither moves an update chain to where it frees its
+        # gradient and writes over its state.
+        placed = place_updates(graph, order)
+        if placed != order:
+            peaks[name + "+updates"] = peak = cost.peak(placed)
+            if peak < best_peak:
+                best_order, best_name, best_peak = placed, name + "+updates", peak
     improved, cut_short = True, False
     while improved and cost.work < budget:
         improved = False
@@ -422,6 +437,10 @@ def schedule(
                 break
         if cut_short:
             break
+    placed = place_updates(graph, best_order)
+    if placed != best_order and cost.peak(placed) < best_peak:  # the search moved a chain
+        best_order, best_peak = placed, cost.peak(placed)
+        best_name = best_name if best_name.endswith("+updates") else best_name + "+updates"
     peaks["best"] = best_peak
     work = cost.work
     return ScheduleResult(
