@@ -39,8 +39,6 @@ from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.verify import verify
 from tensorgraph.optim import Optimizer
-from tensorgraph.planner.schedule import reorder
-from tensorgraph.planner.update_placement import place_updates
 
 STEP_STATE = "optimizer.step"  # the step counter's state name
 
@@ -105,12 +103,6 @@ def train_step_from_gradients(
         state_values={**grad_graph.state_values, **{k: grad_graph.param_values[k] for k in names}},
     )
     _emit_updates(step, optimizer, names, grads)
-    # The builder appended every update after the whole backward; in that order each
-    # gradient would be held to the end. Each update chain goes right after the last
-    # reader of its weight's old value instead (planner/update_placement.py), so the
-    # program order, which the rematerialisation model is built on, frees each
-    # gradient at its update and writes the new weight and moments over their states.
-    step = reorder(step, place_updates(step, [n.id for n in step.nodes]))
     verify(step)
     return step
 
