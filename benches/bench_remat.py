@@ -8,7 +8,7 @@ proven gap, the method that answered and the time to choose. Every point is chec
 arena <= budget, and one step on the arena executor equals the keep-everything step
 bit for bit.
 
-    PYTHONPATH=. python benches/bench_remat.py [--models mlp,cnn,gpt2,llama]
+    PYTHONPATH=. python benches/bench_remat.py [--models mlp,cnn,gpt2,llama] [--budgets B,...]
 """
 
 from __future__ import annotations
@@ -66,7 +66,14 @@ def one_step(prog: tg.Program, feeds: dict) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument(
+        "--budgets",
+        default="",
+        help="extra budgets in bytes, comma-separated (e.g. half of an earlier run's "
+        "keep-everything arena), tried after the default ones",
+    )
     args = parser.parse_args()
+    extra = [int(b) for b in args.budgets.split(",") if b]
     for name in args.models.split(","):
         zoo, config = MODELS[name]
         model = build_model(zoo, **config)
@@ -79,7 +86,15 @@ def main() -> None:
         layers = compile_checkpointed(step)
         keep_arena = keep.plan.arena_size
         print(f"\n{name} ({zoo} {config}): {len(keep.graph)} nodes, forward {fwd:,} FLOPs")
-        print(f"  keep everything        arena {keep_arena:>10,} B")
+        plan = keep.plan
+        in_place = sum(
+            plan.locate(v) == ("state", plan.state_layout[n])
+            for n, v in keep.graph.state_updates.items()
+        )
+        print(
+            f"  keep everything        arena {keep_arena:>10,} B  (state updates written "
+            f"over their states: {in_place} of {len(keep.graph.state_updates)})"
+        )
         print(
             f"  checkpoint every layer arena {layers.plan.arena_size:>10,} B "
             f"({layers.plan.arena_size / keep_arena:.2f}x)  recompute "
@@ -89,7 +104,7 @@ def main() -> None:
         header = "budget", "arena", "x keep", "recompute FLOPs", "x fwd", "gap", "method", "s"
         print("  " + "".join(f"{h:>16}" for h in header))
         span = keep_arena - layers.plan.arena_size
-        for budget in [keep_arena - int(f * span) for f in SPAN] + [keep_arena // 2]:
+        for budget in [keep_arena - int(f * span) for f in SPAN] + [keep_arena // 2] + extra:
             started = time.perf_counter()
             try:
                 prog = tg.compile(step, memory_budget=budget)

@@ -48,9 +48,10 @@ import numpy as np
 from attrs import frozen
 
 from tensorgraph.codegen_mlx.arrays import MX_DTYPES
-from tensorgraph.errors import RunError
+from tensorgraph.errors import RunError, TensorGraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
+from tensorgraph.ir.ops import OPS
 from tensorgraph.runtime.kernels import (
     constant_value,
     evaluate,
@@ -282,7 +283,9 @@ SAME_VALUES = frozenset({"reshape", "broadcast_to", "transpose", "narrow"})
 def _host_values(graph: Graph, node_id: int) -> np.ndarray | None:
     """The value of a node known before the run (tier 2), or None; for a `SAME_VALUES`
     op over such a node, that node's value (a superset of its elements: in range there
-    means in range here)."""
+    means in range here); else the exact value of a small node computed from constants
+    and bound params only (`_compile_time_value`: a training step's position indices,
+    so that the step leaves nothing to the device and donates its states)."""
     node = graph.node(node_id)
     if node.op in SAME_VALUES:
         return _host_values(graph, node.inputs[0])
@@ -293,7 +296,42 @@ def _host_values(graph: Graph, node_id: int) -> np.ndarray | None:
             return np.asarray(node.attr("value")).astype(node.dtype.to_numpy())
     if node.op == "arange":  # the oracle's own values
         return evaluate(node, [])
-    return None
+    return _compile_time_value(graph, node_id, 0)
+
+
+# A node computed from compile-time values only is evaluated by the oracle's kernels
+# when it is this small and this close to them: enough for a training step's index
+# arithmetic (a position table's normalised indices, `where(i < 0, i + n, i)` over
+# folded params), without evaluating a model's weights at compile time.
+KNOWN_ELEMENTS = 1 << 16
+KNOWN_DEPTH = 8
+
+
+def _compile_time_value(graph: Graph, node_id: int, depth: int) -> np.ndarray | None:
+    """The exact value of a node computed only from constants and bound params (at
+    most KNOWN_ELEMENTS elements, KNOWN_DEPTH ops deep), by the NumPy oracle's kernels;
+    None for anything else (an input, a state, an impure op, too large)."""
+    node = graph.node(node_id)
+    if node.op == "constant":
+        return constant_value(node)
+    if node.op == "param":
+        value = graph.param_values.get(node.name)
+        return None if value is None else np.asarray(value)
+    if OPS[node.op].boundary or not OPS[node.op].pure or depth >= KNOWN_DEPTH:
+        return None
+    if int(np.prod(node.shape, dtype=np.int64)) > KNOWN_ELEMENTS:
+        return None
+    args = []
+    for i in node.inputs:
+        value = _compile_time_value(graph, i, depth + 1)
+        if value is None:
+            return None
+        args.append(value)
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(evaluate(node, args))
+    except TensorGraphError:  # its own precondition broken: left to the run to report
+        return None
 
 
 def guarded_nodes(graph: Graph) -> tuple[Node, ...]:

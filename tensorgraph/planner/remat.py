@@ -18,8 +18,11 @@ computes the same op on the same values, so every output is bit for bit what the
 computed without it.
 
 The memory model (`RematModel`) is the planner's liveness (planner/liveness.py) on the
-program order: a buffer is live from its producer's step through its last reader's
-step, and the peak is the most bytes live at one step. Forward roots are their own
+program order with the state updates placed (`model_order`: each update chain right
+after the last reader of its state's old value, as the scheduler places it, so a
+gradient dies at its update and the new weights and moments sit in the state region,
+costing no arena bytes): a buffer is live from its producer's step through its last
+reader's step, and the peak is the most bytes live at one step. Forward roots are their own
 buffers (aligned size) with views resolved to them; every other buffer is the
 planner's, with its in-place writes (a backward value written over a forward root
 counts from the root's death on). A kept root lives from its step through its last
@@ -46,6 +49,7 @@ from tensorgraph.planner.aliasing import ANALYSES, Aliasing, view_of
 from tensorgraph.planner.buffers import align_up
 from tensorgraph.planner.flops import flops
 from tensorgraph.planner.liveness import analyze
+from tensorgraph.planner.update_placement import place_updates
 
 # Ops never recomputed: they read or write persistent state, or are not pure.
 NOT_RECOMPUTED = frozenset({"state", "slice_update", "index_update"})
@@ -54,7 +58,7 @@ NOT_RECOMPUTED = frozenset({"state", "slice_update", "index_update"})
 @frozen
 class RematModel:
     """The facts of a gradient graph the recompute choice is made on (positions are
-    steps of the graph's node order).
+    steps of `model_order(graph)`).
 
     `candidates`: forward roots that may be recomputed (pure, not an output's storage,
     read by the backward or by another candidate); for each forward root `u` in
@@ -195,9 +199,9 @@ def _root(graph: Graph, node: Node, root: dict[int, int]) -> int:
 def build_model(
     graph: Graph, alignment: int = 64, analyses: Sequence[str] = ANALYSES
 ) -> RematModel:
-    """The `RematModel` of `graph` in its node order (see the module docstring); the
+    """The `RematModel` of `graph` in `model_order(graph)` (see the module docstring); the
     alias analyses `analyses` shape the buffers the choice does not touch."""
-    nodes = list(graph.nodes)
+    nodes = [graph.node(i) for i in model_order(graph)]
     pos = {n.id: k for k, n in enumerate(nodes)}
     forward = _forward_ids(graph)
     root: dict[int, int] = {}
@@ -220,12 +224,12 @@ def build_model(
     backward_set = set(backward)
     # Liveness with views only: each root one buffer, as the model counts it.
     order = tuple(pos)
-    views = analyze(graph, order, _aliasing(graph, ("view_alias",), alignment))
+    views = analyze(graph, order, _aliasing(graph, order, ("view_alias",), alignment))
     end = {b.id: b.end - 1 for b in views.buffers if b.id in is_root}
     # Every other buffer as the planner sees it, with the in-place writes and concat
     # placements of `analyses`; a buffer holding forward roots counts from the last of
     # their (views-only) lifetimes on: the backward values written over them.
-    full = analyze(graph, order, _aliasing(graph, analyses, alignment))
+    full = analyze(graph, order, _aliasing(graph, order, analyses, alignment))
     members: dict[int, list[int]] = {}
     for u in roots:
         members.setdefault(full.storage[u].root, []).append(u)
@@ -276,16 +280,28 @@ def build_model(
     )
 
 
-def _aliasing(graph: Graph, analyses: Sequence[str], alignment: int) -> Aliasing:
+def model_order(graph: Graph) -> tuple[int, ...]:
+    """The order the model's steps number: `graph`'s node order with every state's
+    update chain placed right after the last reader of the state's old value
+    (planner/update_placement.py), as the scheduler places it, so that the model frees
+    each gradient at its update and counts the new weights and moments in the state
+    region, not to the end of the program (where a builder appends them)."""
+    return place_updates(graph, [n.id for n in graph.nodes])
+
+
+def _aliasing(
+    graph: Graph, order: tuple[int, ...], analyses: Sequence[str], alignment: int
+) -> Aliasing:
     from tensorgraph.planner.aliasing import analyze_aliasing
 
-    order = tuple(n.id for n in graph.nodes)
     return analyze_aliasing(graph, order, tuple(analyses), alignment=alignment)
 
 
 def rematerialize(graph: Graph, emit: Mapping[int, int | Sequence[int]]) -> Graph:
     """`graph` with a copy of each root `u` in `emit` emitted right before the node at
-    each of its steps `emit[u]` (one step or several; backward nodes), copies at one
+    each of its steps `emit[u]` (steps of `model_order(graph)`, one or several; backward
+    nodes), in `graph`'s own node order (the scheduler then places the update chains
+    itself, the order the model assumed among its candidates), copies at one
     step in their roots' order; every backward read of `u` or of a forward view of `u`
     reads the latest copy emitted at or before it (views are copied onto it), and a copy
     reads the latest copies of its recomputed inputs. Preserves every output bit for
@@ -296,10 +312,11 @@ def rematerialize(graph: Graph, emit: Mapping[int, int | Sequence[int]]) -> Grap
         return graph
     nodes = list(graph.nodes)
     pos = {n.id: k for k, n in enumerate(nodes)}
-    at: dict[int, list[int]] = {}
+    steps_order = model_order(graph)
+    at: dict[int, list[int]] = {}  # node id -> the roots copied right before it
     for u, steps in emit.items():
         for step in _steps(steps):
-            at.setdefault(step, []).append(u)
+            at.setdefault(steps_order[step], []).append(u)
     next_id = max(pos) + 1
     copy: dict[int, int] = {}  # a recomputed root -> its latest copy
     forward_view: dict[tuple[int, int], int] = {}  # (forward view, root's copy) -> its copy
@@ -308,7 +325,7 @@ def rematerialize(graph: Graph, emit: Mapping[int, int | Sequence[int]]) -> Grap
     for n in nodes:
         root[n.id] = _root(graph, n, root)
     forward = _forward_ids(graph)
-    first_backward = min(at)
+    copying = False  # from the first copy on, backward reads go to the latest copies
 
     def resolve(i: int) -> int:
         nonlocal next_id
@@ -325,14 +342,15 @@ def rematerialize(graph: Graph, emit: Mapping[int, int | Sequence[int]]) -> Grap
             return forward_view[key]
         return i
 
-    for k, n in enumerate(nodes):
-        for u in sorted(at.get(k, ()), key=pos.__getitem__):
+    for n in nodes:
+        for u in sorted(at.get(n.id, ()), key=pos.__getitem__):
             node = graph.node(u)
             inputs = tuple(resolve(i) for i in node.inputs)  # may emit view copies first
             out.append(evolve(node, id=next_id, inputs=inputs))
             copy[u] = next_id
             next_id += 1
-        if k >= first_backward and n.id not in forward and n.inputs:
+            copying = True
+        if copying and n.id not in forward and n.inputs:
             n = evolve(n, inputs=tuple(resolve(i) for i in n.inputs))
         out.append(n)
     outputs = [o if o in forward else resolve(o) for o in graph.outputs]

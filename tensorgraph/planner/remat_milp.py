@@ -88,9 +88,9 @@ def solve_milp(
     events = sorted({s for u in cands for s in model.uses[u]})
     # Bytes in units of the largest root and FLOPs in units of the dearest: HiGHS's
     # numerics (ranges near 1) and cuts work far better than on raw bytes and FLOPs.
-    unit = float(max(model.size[u] for u in tracked))
-    if not events:
+    if not events:  # nothing to recompute (no candidates: `tracked` is empty too)
         return None
+    unit = float(max(model.size[u] for u in tracked))
     index = {s: j for j, s in enumerate(events)}
     # The last event at which a root may be read: its backward readers', and those at
     # which a recomputed candidate reading it may be copied.

@@ -73,9 +73,13 @@ def solve_single_copy(
 ) -> RematChoice | None:
     """The least-FLOPs recompute set, each recomputed root copied once (see the module
     docstring), whose model peak is at most `budget` bytes; its gap bounds the
-    single-copy restriction only. None when the program is infeasible, too large
+    single-copy restriction only. With no candidates, keeping everything (0 FLOPs, gap
+    0) where its peak fits. None when the program is infeasible, too large
     (SINGLE_MAX_VARIABLES) or finds no point within `node_limit` nodes."""
     cands = model.candidates
+    if not cands:  # keeping everything is the only point: optimal where it fits
+        peak = model.peak(frozenset())
+        return RematChoice(frozenset(), {}, 0, peak, "milp-single", 0.0) if peak <= budget else None
     is_cand = set(cands)
     horizon = _horizons(model)
     backward = sorted(

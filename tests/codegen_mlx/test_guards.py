@@ -260,3 +260,16 @@ def test_fed_indices_broadcast_past_the_host_limit_are_checked_on_the_host() -> 
         np.testing.assert_array_equal(got, expected)
         with pytest.raises(tg.RunError, match=r"scatter_add: index 6 is out of range"):
             program.run({**feeds, "ids": np.array([1, 6, 0, 7], np.int32)}, **options)
+
+
+def test_indices_computed_from_bound_params_are_known_at_compile_time() -> None:
+    # A training step normalises its position indices as where(i < 0, i + n, i) over
+    # folded (bound) params: computed before the run, so no device check, and the step
+    # can donate its states. Out of range (-17 + 8 = -9 < -8), it stays guarded.
+    for ids, guarded in (([-1, 0, 5, -8], []), ([-17, 0, 5, 7], ["take"])):
+        g = tg.Graph("positions")
+        table = g.param("table", (8, 4))
+        i = g.param("i", (4,), tg.int32, value=np.array(ids, np.int32))
+        index = tg.where(i < 0, i + 8, i)
+        g.output(tg.take(table, index, 0))
+        assert guarded_ops(g) == guarded, ids

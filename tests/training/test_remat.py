@@ -210,3 +210,25 @@ def test_the_cnn_recomputes_no_more_than_checkpoint_every_layer_at_its_arena():
     assert prog.remat.recompute_flops <= layers.remat.recompute_flops
     feeds = (model.inputs(0), {})
     check_program(prog, layers.plan.arena_size, keep.run(*feeds, backend="numpy"), feeds)
+
+
+def test_a_graph_with_nothing_to_recompute_gets_no_integer_program():
+    # Regression: solve_milp took the largest candidate's size before checking that any
+    # candidate exists, and raised ValueError (max of nothing); the single-copy program
+    # answered None even where keeping everything fits. loss = sum(x @ w): the
+    # gradient of w reads only the input x, so the backward keeps no forward value.
+    from tensorgraph.planner.remat_milp import solve_milp
+    from tensorgraph.planner.remat_single import solve_single_copy
+
+    g = tg.Graph("linear")
+    x = g.input("x", (8, 4), tg.float32)
+    w = g.param("w", (4, 3), tg.float32)
+    g.output((x @ w).sum())
+    rewritten, _ = _rewrite(tg.value_and_grad(g), CompileOptions(), debug=True)
+    model = build_model(rewritten)
+    assert model.candidates == ()
+    keep = model.peak(frozenset())
+    assert solve_milp(model, keep) is None  # no program to solve
+    assert solve_single_copy(model, keep - 1) is None  # nothing fits below keeping all
+    kept = solve_single_copy(model, keep)  # keeping everything: 0 FLOPs, optimal
+    assert kept is not None and kept.flops == 0 and kept.gap == 0.0 and kept.emit == {}
