@@ -98,8 +98,13 @@ case("matmul", "batched-broadcast", tg.matmul, _u(2, 1, 3, 4), _u(3, 4, 2))
 case("matmul", "vector-matrix", tg.matmul, _u(4), _u(2, 4, 3))
 case("matmul", "matrix-vector", tg.matmul, _u(2, 3, 4), _u(4))
 case("matmul", "dot", tg.matmul, _u(4), _u(4))
+# A weight shared by every batch (2-D, or batch extents 1): its gradient is one product
+# with the batch folded into the contraction.
+case("matmul", "batched-weight", tg.matmul, _u(2, 3, 3, 4), _u(4, 5))
+case("matmul", "batched-weight-ones", tg.matmul, _u(2, 3, 4), _u(1, 4, 5))
 case("matmul_transposed", "2d", matmul_transposed, _u(3, 4), _u(5, 4))
 case("matmul_transposed", "batched-broadcast", matmul_transposed, _u(2, 1, 3, 4), _u(3, 5, 4))
+case("matmul_transposed", "batched-weight", matmul_transposed, _u(2, 3, 4), _u(5, 4))
 case("sum", "axes", lambda x: x.sum((0, 2)), _u(2, 3, 4))
 case("sum", "keepdims", lambda x: x.sum(1, keepdims=True), _u(2, 3, 4))
 case("mean", "axes", lambda x: x.mean((1,)), _u(2, 3, 4))
@@ -449,3 +454,17 @@ def test_every_differentiable_op_has_a_rule() -> None:
     is one of NOT_DIFFERENTIABLE; a new op must take a side."""
     missing = {op for op, d in OPS.items() if d.vjp is None and not d.boundary}
     assert missing == NOT_DIFFERENTIABLE
+
+
+@pytest.mark.parametrize("build", [tg.matmul, lambda x, w: matmul_transposed(x, tg.transpose(w))])
+def test_shared_weight_gradient_is_one_folded_product(build: Build) -> None:
+    """x (2, 3, 4) @ w (4, 5): w's gradient is one (4, 6) @ (6, 5) product, never a
+    (2, 4, 5) batch of products summed over the batch (it writes 2x the gradient)."""
+    g = tg.Graph("shared")
+    x = g.input("x", (2, 3, 4), tg.float32)
+    w = g.param("w", (4, 5), tg.float32)
+    g.output(build(x, w).sum())
+    vg = tg.value_and_grad(g, ["w"])
+    shapes = [n.shape for n in vg.nodes if n.op in ("matmul", "matmul_transposed")]
+    assert (4, 5) in shapes or (5, 4) in shapes
+    assert not any(n.shape in ((2, 4, 5), (2, 5, 4)) for n in vg.nodes)
