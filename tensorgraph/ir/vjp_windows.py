@@ -5,9 +5,9 @@ import: convolutions as convolutions, pools and resizes through gathers or matri
   (output_padding restoring the input's extent); the weight's is a convolution of the
   input (channels as batch) by g (batch as channels) with stride and dilation swapped,
   over the input padded to exactly the extent the kernel's taps read (`weight_gradient`,
-  per group). conv_transpose2d is conv2d's
-  adjoint: its input's cotangent is conv2d(g, w) and its weight's the same weight
-  gradient with input and cotangent exchanged.
+  per group). conv_transpose2d is conv2d's adjoint: its input's cotangent is
+  conv2d(g, w) and its weight's the same weight gradient with input and cotangent
+  exchanged.
 - max_pool2d and adaptive_max_pool2d: every window's elements are gathered by a constant
   index (`take`) from the input padded with the dtype's lowest value, compared with the
   window's max, and the cotangent is split evenly among the maxima (MLX's max
@@ -43,7 +43,10 @@ def weight_gradient(x: Tensor, g: Tensor, kernel: tuple[int, int], node: Node) -
     """d <conv2d(x, w), g> / dw for w (O, Cg, KH, KW) at `node`'s stride, padding,
     dilation and groups: per group, x's channels become the batch and its batch the
     channels, g's batch the kernel's input channels, convolved at stride = the forward
-    dilation and dilation = the forward stride, then cropped to the kernel."""
+    dilation and dilation = the forward stride. Where the forward's symmetric padding
+    would make the product wider than the kernel (a strided convolution: 4x4 for a 3x3/2
+    one, 2x2 for a 1x1/2 one, then cropped), the input is padded to exactly the rows and
+    columns the taps read instead, so no work is cropped away."""
     groups = node.attr("groups")
     n, c, h, w = x.shape
     o = g.shape[1]
@@ -54,15 +57,18 @@ def weight_gradient(x: Tensor, g: Tensor, kernel: tuple[int, int], node: Node) -
     gs = fn.reshape(gs, (o, n, *g.shape[2:]))
     stride, padding, dilation = (node.attr(k) for k in ("stride", "padding", "dilation"))
     reach = _reach(kernel, g.shape[2:], stride, dilation)
-    if reach is not None:
-        # pad (lo, reach - extent - lo) per axis: exactly the rows the taps read (a
-        # negative amount crops), so the product has the kernel's extent
-        spans = [(p, r - e - p) for p, r, e in zip(padding, reach, (h, w), strict=True)]
+    # pad (lo, reach - extent - lo) per axis: exactly the rows the taps read (a negative
+    # amount crops), so the product has the kernel's extent; where that is the symmetric
+    # padding already (stride 1), the convolution pads as the forward did
+    spans = [] if reach is None else list(zip(padding, reach, (h, w), strict=True))
+    spans = [(p, r - e - p) for p, r, e in spans]
+    if any(lo != hi for lo, hi in spans):
         full = conv2d(pad(xs, [(0, 0), (0, 0), *spans]), gs, dilation, 0, stride, groups)
         return fn.transpose(full, (1, 0, 2, 3))
     full = conv2d(xs, gs, dilation, padding, stride, groups)
-    cropped = fn.narrow(fn.narrow(full, 2, 0, kernel[0]), 3, 0, kernel[1])
-    return fn.transpose(cropped, (1, 0, 2, 3))
+    if tuple(full.shape[2:]) != tuple(kernel):  # a Dim extent or an empty g: crop
+        full = fn.narrow(fn.narrow(full, 2, 0, kernel[0]), 3, 0, kernel[1])
+    return fn.transpose(full, (1, 0, 2, 3))
 
 
 def _reach(kernel: Sequence, positions: Sequence, stride: Sequence, dilation: Sequence):
