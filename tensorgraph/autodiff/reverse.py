@@ -7,7 +7,10 @@ Steps:
 1. check the loss (the graph's one output: a float scalar, no state updates) and `wrt`
    (names of float inputs or params; the float params in graph order by default);
 2. mark the active values: the wrt nodes and every float value computed from one
-   (integer and bool values never carry a gradient: indices, masks, comparisons);
+   (integer and bool values never carry a gradient: indices, masks, comparisons); with
+   `expand` (the default), active fused nodes whose backward would recompute an
+   intermediate of their forward are first decomposed (autodiff/expand.py: tanh gelu,
+   short attention), and the active values marked again;
 3. walk the forward nodes in reverse order from the loss, whose cotangent is 1: each
    node holding a cotangent with an active operand calls its op's vector-Jacobian rule
    (`OpDef.vjp`), which emits backward nodes through the IR builder (shape inference
@@ -17,14 +20,17 @@ Steps:
    not depend on it), and nodes no output reads are dropped.
 
 A cotangent has its value's shape and dtype. Invariant of the result: the forward nodes
-keep their ids, attributes and order (the loss is computed exactly as before), params
-and their bound values are the same, and every backward node comes after them.
+keep their ids, attributes and order (the loss is computed exactly as before) but for
+expanded ones, whose decompositions take their places (the loss then equal up to
+float32 rounding); params and their bound values are the same, and every backward node
+comes after the forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tensorgraph.autodiff.expand import expand as expand_fused
 from tensorgraph.errors import GraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
@@ -34,7 +40,9 @@ from tensorgraph.ir.vjp_support import zeros
 from tensorgraph.passes.dce import dce
 
 
-def value_and_grad(graph: Graph, wrt: Sequence[str] | str | None = None) -> Graph:
+def value_and_grad(
+    graph: Graph, wrt: Sequence[str] | str | None = None, *, expand: bool = True
+) -> Graph:
     """A graph whose outputs are `graph`'s loss, then the gradient of the loss with
     respect to each name in `wrt`, in `wrt`'s order (mx.value_and_grad's vocabulary).
 
@@ -44,14 +52,19 @@ def value_and_grad(graph: Graph, wrt: Sequence[str] | str | None = None) -> Grap
     folded mask, is a constant of the model, not a weight, and the codes, scales and
     biases of a quantized weight are frozen). The result takes the same
     feeds, has the same params and bound values, and each gradient has its value's
-    shape and dtype.
+    shape and dtype. `expand=False` keeps every fused forward node (each differentiated
+    by its own rule) instead of decomposing those it pays to (autodiff/expand.py).
     GraphError naming the culprit for a loss that is not a float scalar, a `wrt` that
     names nothing, an unknown or non-float name, a part of a quantized weight, and a
     gradient that would flow through an op with no vector-Jacobian rule (naming that node
     and its op)."""
-    loss = _loss(graph)
+    _loss(graph)
     targets = _targets(graph, wrt)
-    active = _active(graph, {node.id for node in targets})
+    sources = {node.id for node in targets}
+    if expand:
+        graph = expand_fused(graph, _active(graph, sources))
+    loss = _loss(graph)
+    active = _active(graph, sources)
     result = Graph.from_nodes(graph.name, graph.nodes, [loss.id], graph.param_values)
     cotangents = {loss.id: Tensor(result, result.constant(1.0, loss.dtype).id)}
     for node in reversed(graph.nodes):

@@ -26,7 +26,7 @@ import ml_dtypes
 import numpy as np
 
 from tensorgraph.ir import functions as fn
-from tensorgraph.ir.dims import canonical
+from tensorgraph.ir.dims import canonical, is_static
 from tensorgraph.ir.fused import rope
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import register_vjp
@@ -103,7 +103,7 @@ def _group_norm(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) ->
 # ---------------------------------------------------------------- attention
 
 
-def _repeat(x: Tensor, times: int) -> Tensor:
+def repeated_heads(x: Tensor, times: int) -> Tensor:
     """(B, Hkv, S, D) -> (B, Hkv * times, S, D), head h reading head h // times."""
     if times == 1:
         return x
@@ -113,7 +113,7 @@ def _repeat(x: Tensor, times: int) -> Tensor:
 
 
 def _group_sum(x: Tensor, heads: int) -> Tensor:
-    """The reverse of `_repeat`: (B, H, S, D) summed over each group of H / heads."""
+    """The reverse of `repeated_heads`: (B, H, S, D) summed over each group of H / heads."""
     b, h, s, d = x.shape
     if h == heads:
         return x
@@ -124,8 +124,11 @@ def _lowest(x: Tensor) -> float:
     return float(ml_dtypes.finfo(x.dtype.to_numpy()).min)
 
 
-def _probabilities(node: Node, inputs: Sequence[Tensor], q: Tensor, k: Tensor) -> Tensor:
-    """softmax(scale q k^T + mask) with rows of no attended key all 0 (the kernel's)."""
+def attention_probabilities(node: Node, inputs: Sequence[Tensor], q: Tensor, k: Tensor) -> Tensor:
+    """softmax(scale q k^T + mask) of attention `node` with rows of no attended key all 0
+    (the kernel's), for q and k with as many heads (`repeated_heads`). A causal mask
+    with at least as many keys as queries (static) leaves no row dead: it is applied to
+    the scores as a (L, S) mask broadcast, with no liveness factor."""
     scores = fn.matmul(q, fn.swapaxes(k, -1, -2)) * node.attr("scale")
     length, keys = scores.shape[-2:]
     if keys == 0:  # no key: the output is 0 and p is empty
@@ -136,6 +139,9 @@ def _probabilities(node: Node, inputs: Sequence[Tensor], q: Tensor, k: Tensor) -
         rows = fn.reshape(positions(q, length), (length, 1))
         cols = fn.reshape(positions(q, keys), (1, keys))
         keep = fn.less_equal(cols, rows + extent_operand(rows, canonical(keys - length)))
+        gap = canonical(keys - length)
+        if is_static(gap) and gap >= 0:  # query i sees key 0 at least
+            return fn.softmax(fn.where(keep, scores, _lowest(scores)), -1)
     elif len(inputs) == 4 and inputs[3].dtype.kind == "bool":
         keep = inputs[3]
     elif len(inputs) == 4:
@@ -154,8 +160,8 @@ def _sdpa(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
     q, k, v = inputs[:3]
     heads = k.shape[1]
     times = q.shape[1] // heads
-    kk, vv = _repeat(k, times), _repeat(v, times)
-    p = _probabilities(node, inputs, q, kk)
+    kk, vv = repeated_heads(k, times), repeated_heads(v, times)
+    p = attention_probabilities(node, inputs, q, kk)
     scale = node.attr("scale")
     gv = _group_sum(fn.matmul(fn.swapaxes(p, -1, -2), g), heads)
     gp = fn.matmul(g, fn.swapaxes(vv, -1, -2))

@@ -3,7 +3,9 @@ registered on the ops in `OPS` on import.
 
 - matmul (NumPy's: 1-D operands promoted, batch dims broadcast): ga = g @ b^T and
   gb = a^T @ g, summed back over the batch dims each operand was broadcast along;
-  matmul_transposed (a @ b^T): ga = g @ b, gb = g^T @ a, likewise;
+  matmul_transposed (a @ b^T): ga = g @ b, gb = g^T @ a, likewise; a b shared by
+  every batch (a weight) gets one product over the batch folded into the rows
+  (`_folded`), not a batched product summed;
 - sum / mean: the cotangent broadcast back over the reduced axes (divided by the count,
   a run-time value when the axes hold a `tg.Dim`);
 - max / min: MLX's convention, the cotangent split evenly among the elements equal to the
@@ -40,13 +42,31 @@ def _matmul(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> lis
         b = fn.reshape(b, (b.shape[0], 1))
         g = fn.expand_dims(g, g.ndim)
     ga = unbroadcast(fn.matmul(g, _swap(b)), a.shape)
-    gb = unbroadcast(fn.matmul(_swap(a), g), b.shape)
+    gb = _folded(a, g, b.shape)
+    if gb is None:
+        gb = unbroadcast(fn.matmul(_swap(a), g), b.shape)
     return [
         cast_to(c if c.shape == x.shape else fn.reshape(c, x.shape), x.dtype)
         if x.dtype.is_float
         else None
         for c, x in zip((ga, gb), inputs, strict=True)
     ]
+
+
+def _folded(left: Tensor, right: Tensor, shape: tuple) -> Tensor | None:
+    """left^T @ right summed over their (equal) batch axes, for the gradient of an operand
+    of `shape` (..., P, Q) broadcast over every batch axis of the product (a weight: 2-D,
+    or batch extents all 1); None for any other operand (the caller's batched product and
+    sum). left is (..., M, P), right (..., M, Q): the batch axes are folded into the
+    contraction, one (P, B*M) @ (B*M, Q) product, as MLX's own matmul does for a 2-D right
+    operand, instead of B products of (P, Q) summed over B (which writes B times the
+    gradient's bytes, then reads them again to reduce)."""
+    if left.ndim <= 2 or any(d != 1 for d in shape[:-2]):
+        return None
+    rows = canonical(math.prod(left.shape[:-1]))
+    flat_left = fn.reshape(left, (rows, left.shape[-1]))
+    product = fn.matmul(_swap(flat_left), fn.reshape(right, (rows, right.shape[-1])))
+    return product if product.shape == tuple(shape) else fn.reshape(product, shape)
 
 
 def _spread(node: Node, x: Tensor, g: Tensor) -> Tensor:
@@ -105,7 +125,9 @@ def _matmul_transposed(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Ten
     batch dims each operand was broadcast along."""
     a, b = (cast_to(x, out.dtype) for x in inputs)
     ga = unbroadcast(fn.matmul(g, b), a.shape)
-    gb = unbroadcast(fn.matmul(_swap(g), a), b.shape)
+    gb = _folded(g, a, b.shape)
+    if gb is None:
+        gb = unbroadcast(fn.matmul(_swap(g), a), b.shape)
     return [
         cast_to(c, x.dtype) if x.dtype.is_float else None
         for c, x in zip((ga, gb), inputs, strict=True)

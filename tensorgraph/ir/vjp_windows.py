@@ -4,9 +4,10 @@ import: convolutions as convolutions, pools and resizes through gathers or matri
 - conv2d: the input's cotangent is the transposed convolution of g by the same weight
   (output_padding restoring the input's extent); the weight's is a convolution of the
   input (channels as batch) by g (batch as channels) with stride and dilation swapped,
-  cropped to the kernel (`weight_gradient`, per group). conv_transpose2d is conv2d's
-  adjoint: its input's cotangent is conv2d(g, w) and its weight's the same weight
-  gradient with input and cotangent exchanged.
+  over the input padded to exactly the extent the kernel's taps read (`weight_gradient`,
+  per group). conv_transpose2d is conv2d's adjoint: its input's cotangent is
+  conv2d(g, w) and its weight's the same weight gradient with input and cotangent
+  exchanged.
 - max_pool2d and adaptive_max_pool2d: every window's elements are gathered by a constant
   index (`take`) from the input padded with the dtype's lowest value, compared with the
   window's max, and the cotangent is split evenly among the maxima (MLX's max
@@ -42,7 +43,10 @@ def weight_gradient(x: Tensor, g: Tensor, kernel: tuple[int, int], node: Node) -
     """d <conv2d(x, w), g> / dw for w (O, Cg, KH, KW) at `node`'s stride, padding,
     dilation and groups: per group, x's channels become the batch and its batch the
     channels, g's batch the kernel's input channels, convolved at stride = the forward
-    dilation and dilation = the forward stride, then cropped to the kernel."""
+    dilation and dilation = the forward stride. Where the forward's symmetric padding
+    would make the product wider than the kernel (a strided convolution: 4x4 for a 3x3/2
+    one, 2x2 for a 1x1/2 one, then cropped), the input is padded to exactly the rows and
+    columns the taps read instead, so no work is cropped away."""
     groups = node.attr("groups")
     n, c, h, w = x.shape
     o = g.shape[1]
@@ -51,9 +55,34 @@ def weight_gradient(x: Tensor, g: Tensor, kernel: tuple[int, int], node: Node) -
     xs = fn.reshape(xs, (cg, groups * n, h, w))
     gs = fn.transpose(fn.reshape(g, (n, groups, og, *g.shape[2:])), (1, 2, 0, 3, 4))
     gs = fn.reshape(gs, (o, n, *g.shape[2:]))
-    full = conv2d(xs, gs, node.attr("dilation"), node.attr("padding"), node.attr("stride"), groups)
-    cropped = fn.narrow(fn.narrow(full, 2, 0, kernel[0]), 3, 0, kernel[1])
-    return fn.transpose(cropped, (1, 0, 2, 3))
+    stride, padding, dilation = (node.attr(k) for k in ("stride", "padding", "dilation"))
+    reach = _reach(kernel, g.shape[2:], stride, dilation)
+    # pad (lo, reach - extent - lo) per axis: exactly the rows the taps read (a negative
+    # amount crops), so the product has the kernel's extent; where that is the symmetric
+    # padding already (stride 1), the convolution pads as the forward did
+    spans = [] if reach is None else list(zip(padding, reach, (h, w), strict=True))
+    spans = [(p, r - e - p) for p, r, e in spans]
+    if any(lo != hi for lo, hi in spans):
+        full = conv2d(pad(xs, [(0, 0), (0, 0), *spans]), gs, dilation, 0, stride, groups)
+        return fn.transpose(full, (1, 0, 2, 3))
+    full = conv2d(xs, gs, dilation, padding, stride, groups)
+    if tuple(full.shape[2:]) != tuple(kernel):  # a Dim extent or an empty g: crop
+        full = fn.narrow(fn.narrow(full, 2, 0, kernel[0]), 3, 0, kernel[1])
+    return fn.transpose(full, (1, 0, 2, 3))
+
+
+def _reach(kernel: Sequence, positions: Sequence, stride: Sequence, dilation: Sequence):
+    """Per axis, the padded input extent the weight gradient reads, (K - 1) * dilation +
+    (OH - 1) * stride + 1 (tap u of output row i reads padded row u * dilation + i *
+    stride), or None where an extent holds a `tg.Dim` or g is empty (the symmetric
+    padding and crop then serve)."""
+    extents = (*kernel, *positions)
+    if not all(isinstance(e, int) and e > 0 for e in extents):
+        return None
+    return tuple(
+        (k - 1) * d + (o - 1) * s + 1
+        for k, o, s, d in zip(kernel, positions, stride, dilation, strict=True)
+    )
 
 
 def _conv2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:

@@ -98,8 +98,13 @@ case("matmul", "batched-broadcast", tg.matmul, _u(2, 1, 3, 4), _u(3, 4, 2))
 case("matmul", "vector-matrix", tg.matmul, _u(4), _u(2, 4, 3))
 case("matmul", "matrix-vector", tg.matmul, _u(2, 3, 4), _u(4))
 case("matmul", "dot", tg.matmul, _u(4), _u(4))
+# A weight shared by every batch (2-D, or batch extents 1): its gradient is one product
+# with the batch folded into the contraction.
+case("matmul", "batched-weight", tg.matmul, _u(2, 3, 3, 4), _u(4, 5))
+case("matmul", "batched-weight-ones", tg.matmul, _u(2, 3, 4), _u(1, 4, 5))
 case("matmul_transposed", "2d", matmul_transposed, _u(3, 4), _u(5, 4))
 case("matmul_transposed", "batched-broadcast", matmul_transposed, _u(2, 1, 3, 4), _u(3, 5, 4))
+case("matmul_transposed", "batched-weight", matmul_transposed, _u(2, 3, 4), _u(5, 4))
 case("sum", "axes", lambda x: x.sum((0, 2)), _u(2, 3, 4))
 case("sum", "keepdims", lambda x: x.sum(1, keepdims=True), _u(2, 3, 4))
 case("mean", "axes", lambda x: x.mean((1,)), _u(2, 3, 4))
@@ -204,6 +209,25 @@ case(
 )
 case(
     "conv2d", "groups", lambda x, w: tg.conv2d(x, w, 2, 1, groups=2), _u(1, 4, 5, 5), _u(6, 2, 3, 3)
+)
+# Strided convolutions whose symmetric padding would give a weight gradient wider than
+# the kernel (ResNet's 3x3/2 and 1x1/2 on even inputs, a 7x7/2 stem): the input is padded
+# to exactly what the taps read, cropping rows a stride skips.
+case(
+    "conv2d",
+    "3x3-stride-2-even",
+    lambda x, w: tg.conv2d(x, w, 2, 1),
+    _u(2, 2, 6, 6),
+    _u(3, 2, 3, 3),
+)
+case("conv2d", "1x1-stride-2", lambda x, w: tg.conv2d(x, w, 2, 0), _u(2, 2, 4, 5), _u(3, 2, 1, 1))
+case("conv2d", "7x7-stride-2", lambda x, w: tg.conv2d(x, w, 2, 3), _u(1, 1, 8, 9), _u(2, 1, 7, 7))
+case(
+    "conv2d",
+    "stride-3-dilated-groups",
+    lambda x, w: tg.conv2d(x, w, (3, 2), (0, 2), (2, 1), groups=2),
+    _u(1, 4, 9, 7),
+    _u(2, 2, 2, 3),
 )
 case(
     "conv_transpose2d",
@@ -449,3 +473,35 @@ def test_every_differentiable_op_has_a_rule() -> None:
     is one of NOT_DIFFERENTIABLE; a new op must take a side."""
     missing = {op for op, d in OPS.items() if d.vjp is None and not d.boundary}
     assert missing == NOT_DIFFERENTIABLE
+
+
+@pytest.mark.parametrize("build", [tg.matmul, lambda x, w: matmul_transposed(x, tg.transpose(w))])
+def test_shared_weight_gradient_is_one_folded_product(build: Build) -> None:
+    """x (2, 3, 4) @ w (4, 5): w's gradient is one (4, 6) @ (6, 5) product, never a
+    (2, 4, 5) batch of products summed over the batch (it writes 2x the gradient)."""
+    g = tg.Graph("shared")
+    x = g.input("x", (2, 3, 4), tg.float32)
+    w = g.param("w", (4, 5), tg.float32)
+    g.output(build(x, w).sum())
+    vg = tg.value_and_grad(g, ["w"])
+    shapes = [n.shape for n in vg.nodes if n.op in ("matmul", "matmul_transposed")]
+    assert (4, 5) in shapes or (5, 4) in shapes
+    assert not any(n.shape in ((2, 4, 5), (2, 5, 4)) for n in vg.nodes)
+
+
+@pytest.mark.parametrize(
+    ("stride", "padding", "kernel"), [(2, 1, 3), (2, 0, 1), (2, 3, 7), (1, 1, 3)]
+)
+def test_conv_weight_gradient_has_the_kernels_extent(
+    stride: int, padding: int, kernel: int
+) -> None:
+    """No product wider than the kernel and no crop of one: every conv2d of the weight
+    gradient's graph has the kernel's extent (the only other conv is the input's)."""
+    g = tg.Graph("conv")
+    x = g.input("x", (2, 3, 8, 8), tg.float32)
+    w = g.param("w", (4, 3, kernel, kernel), tg.float32)
+    g.output(tg.conv2d(x, w, stride, padding).sum())
+    vg = tg.value_and_grad(g, ["w"])
+    convs = [n for n in vg.nodes if n.op == "conv2d" and n.id not in {o.id for o in g.nodes}]
+    assert [n.shape[2:] for n in convs] == [(kernel, kernel)]
+    assert "narrow" not in {n.op for n in vg.nodes}

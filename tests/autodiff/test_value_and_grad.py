@@ -48,7 +48,13 @@ def test_gradients_equal_central_differences(graph: tg.Graph, seed: int, inputs:
     tg.ir.verify(vg)
     feeds, params = _feeds(graph, seed)
     exact = evaluate(vg, feeds, params)
-    assert exact[0] == pytest.approx(evaluate(graph, feeds, params)[0], rel=1e-12)
+    # The loss is the graph's, to float64 rounding, unless a tanh gelu was expanded
+    # (autodiff/expand.py): its decomposition reads float32 constants (sqrt(2/pi) and
+    # sqrt(2/pi) * 0.044715) where the kernel uses float64 ones, each off by at most 2^-24
+    # relative; carried through <= ~40 bounded ops, 1e-6 relative bounds the change.
+    expanded = any(n.op == "gelu" and n.attr("approximate") == "tanh" for n in graph.nodes)
+    loss = evaluate(graph, feeds, params)[0]
+    assert exact[0] == pytest.approx(loss, rel=1e-6 if expanded else 1e-12)
     for name, grad in zip(wrt, exact[1:], strict=True):
         numeric = central_differences(graph, feeds, params, name)
         np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-6, err_msg=name)
