@@ -144,9 +144,10 @@ def choices(model: RematModel, budget: int) -> list[RematChoice]:
     single-copy program (when at most SINGLE_MAX_VARIABLES) and the heuristic answer
     for a model budget of `budget` bytes, fewest FLOPs first (on a tie the full
     program, then the single-copy one), each distinct set of copies once. Each fits
-    its own method's rows; the single-copy rows may put a point a buffer above
-    `RematModel.profile`'s peak (its `peak`), which is only an estimate anyway: the
-    driver plans each point it takes and keeps it only if the placed arena fits. The
+    its own method's rows, and each method's rows bound `RematModel.profile`'s peak
+    from above, so every point's `peak` is at most `budget`; the profile is only an
+    estimate of the planner's liveness: the driver plans each point it takes and keeps
+    it only if the placed arena fits. The
     single-copy program is solved even where the full one certifies: the two bound the
     model's liveness differently, so neither's rows contain all the other's points, and
     it is cheap wherever the full one is small enough. Deterministic (node and work
