@@ -66,6 +66,7 @@ def test_a_single_copy_read_after_its_horizon_is_counted_until_its_last_read(gra
 def no_full_program(monkeypatch):
     """The full program out of reach, as on the transformers' training steps."""
     monkeypatch.setattr(remat_milp, "MAX_VARIABLES", 0)
+    monkeypatch.setattr(remat_milp, "CERTIFY_MAX_VARIABLES", 0)
 
 
 def test_without_the_full_program_the_single_copy_program_certifies_the_mlp(no_full_program):
