@@ -226,7 +226,6 @@ def compile_to_budget(
     from tensorgraph.planner.remat import build_model, checkpoint_layers, rematerialize
     from tensorgraph.planner.remat_milp import (
         CERTIFY_MAX_VARIABLES,
-        CERTIFY_NODE_LIMIT,
         RematChoice,
         certify,
     )
@@ -273,8 +272,10 @@ def compile_to_budget(
         if key not in placed:
             graph = rematerialize(rewritten, emit)
             placed[key] = finish(graph, TRIAL_SCHEDULE_BUDGET)
-            if _search_finished(placed[key]):
-                searched.add(key)  # the full budget gives this very order
+            if _search_finished(placed[key], keep.options.schedule_budget):
+                # The full budget gives this very order and plan: record the compile's.
+                placed[key] = evolve(placed[key], options=keep.options)
+                searched.add(key)
             elif placed[key].plan.arena_size > budget:
                 placed[key] = finish(graph)
                 searched.add(key)
@@ -322,13 +323,13 @@ def compile_to_budget(
         if answer is not None and (best is None or answer[0].flops < best[0].flops):
             best, best_trial = answer, trial
     # The full program at the answer's model budget, where it was too large to solve at
-    # every trial (CERTIFY_MAX_VARIABLES, CERTIFY_NODE_LIMIT): its dual bound states the
+    # every trial (CERTIFY_MAX_VARIABLES, CERTIFY_WORK): its dual bound states the
     # answer's gap on the full model, and a cheaper point it finds is planned.
     certificate = None
     if best is not None:
         certificate = certificates[best_trial]
         if certificate.bound is None:
-            certificate = certify(model, best_trial, CERTIFY_NODE_LIMIT, CERTIFY_MAX_VARIABLES)
+            certificate = certify(model, best_trial, None, CERTIFY_MAX_VARIABLES)
             point = certificate.point
             if point is not None and point.flops < best[0].flops:
                 prog = plan(point.emit)
@@ -358,7 +359,7 @@ def compile_to_budget(
         if best is not None and choice is best[0] and certificate is not None:
             full_gap = certificate.gap(choice.flops)
         # The answer scheduled with the full search budget, taken where it fits.
-        if frozenset(choice.emit.items()) not in searched:
+        if frozenset(choice.emit.items()) not in searched:  # planned with the trial budget
             final = finish(rematerialize(rewritten, choice.emit))
             if final.plan.arena_size <= budget:
                 prog = final
@@ -370,12 +371,12 @@ def compile_to_budget(
     )
 
 
-def _search_finished(prog: object) -> bool:
-    """Whether `prog`'s schedule search stopped before TRIAL_SCHEDULE_BUDGET's work, so
-    with no improving move left (planner/schedule.py's local search stops only then or
-    at its budget), ran under a compile budget no larger than it, or is not the
-    searching strategy ("best"): then any larger budget gives the same order and plan."""
-    own = prog.options.schedule_budget
+def _search_finished(prog: object, own: int | None) -> bool:
+    """Whether `prog` (planned with TRIAL_SCHEDULE_BUDGET) has the plan the compile's own
+    schedule budget `own` (None: the default) gives: its search stopped before
+    TRIAL_SCHEDULE_BUDGET's work, so with no improving move left (planner/schedule.py's
+    local search stops only then or at its budget), `own` is no larger, or the strategy
+    is not the searching one ("best")."""
     if prog.options.schedule != "best" or (own is not None and own <= TRIAL_SCHEDULE_BUDGET):
         return True
     return prog.stats["schedule"]["work"] < TRIAL_SCHEDULE_BUDGET

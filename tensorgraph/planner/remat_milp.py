@@ -70,11 +70,15 @@ DEFAULT_NODE_LIMIT = 500
 # a second.
 MAX_VARIABLES = 2_000
 # Above MAX_VARIABLES and up to this many, the driver solves the full program once, at
-# the model budget its answer was chosen at (`certify`), under CERTIFY_NODE_LIMIT: the
-# ResNet-18 step's 9,141 variables close at the root there (0.7 s, gap 0); the
-# transformers' (about 3,000-3,500) reach 50 nodes in 6-22 s without closing.
+# the model budget its answer was chosen at (`certify` with node_limit=None): nodes
+# CERTIFY_WORK // variables**2 (a node's LP grows about so), at least 1 (the root) and
+# at most DEFAULT_NODE_LIMIT. Measured: the ResNet-18 step's 9,141 variables close at the
+# root (0.7-1.7 s, gap 0); the transformers' (about 3,000-3,500) get 1-2 nodes, their
+# root alone 4.8-11 s (50 nodes took 21-103 s on the shared machine without closing):
+# its dual bound (or, where HiGHS gives none, the LP relaxation's) is the gap they
+# report; programs of a few hundred variables get the full DEFAULT_NODE_LIMIT.
 CERTIFY_MAX_VARIABLES = 12_000
-CERTIFY_NODE_LIMIT = 50
+CERTIFY_WORK = 20_000_000
 # The full program's HiGHS options (see the module docstring).
 FULL_OPTIONS = {
     "mip_heuristic_run_rens": False,
@@ -136,16 +140,97 @@ def solve_milp(
 def certify(
     model: RematModel,
     budget: int,
-    node_limit: int = DEFAULT_NODE_LIMIT,
+    node_limit: int | None = DEFAULT_NODE_LIMIT,
     max_variables: int | None = None,
     options: Mapping[str, object] | None = None,
 ) -> Certificate:
     """The full program at `budget` bytes (see the module docstring): its best point
     and its proven lower bound (`Certificate`); both None when the program has more than
     `max_variables` variables (None: MAX_VARIABLES) or no candidate is read by the
-    backward. `options`: HiGHS's (None: FULL_OPTIONS)."""
+    backward. `options`: HiGHS's (None: FULL_OPTIONS); `node_limit` None: scaled to the
+    program's size (CERTIFY_WORK)."""
     limit = MAX_VARIABLES if max_variables is None else max_variables
-    cands = model.candidates
+    built = _build(model, budget, model.candidates)
+    if isinstance(built, Certificate):
+        return built
+    names, integral, rows, cands, events = (
+        built.names,
+        built.integral,
+        built.rows,
+        built.cands,
+        built.events,
+    )
+    n = len(names)
+    if n > limit:
+        return Certificate(None, None)
+    if node_limit is None:
+        node_limit = min(DEFAULT_NODE_LIMIT, max(1, CERTIFY_WORK // n**2))
+    price = float(max(1, *(model.cost[u] for u in cands)))
+    cost = np.zeros(n)
+    for key, k in names.items():
+        if key[0] == "R":
+            cost[k] = model.cost[key[1]] / price
+    result = run_program(
+        cost, rows, integral, node_limit, FULL_OPTIONS if options is None else options
+    )
+    if result.x is None:
+        if result.status == 2:
+            return Certificate(None, math.inf)
+        return Certificate(None, _relaxation_bound(cost, rows, node_limit, options, price))
+    x = result.x
+    recompute = frozenset(u for u in cands if x[names[("r", u)]] > 0.5)
+    emit = {
+        u: steps
+        for u in recompute
+        if (
+            steps := tuple(
+                s
+                for j, s in enumerate(events)
+                if ("R", u, j) in names and x[names[("R", u, j)]] > 0.5
+            )
+        )
+    }
+    flops = model.recompute_cost(recompute, emit)
+    peak = int(model.profile(recompute, emit).max(initial=0))
+    point = RematChoice(recompute, emit, flops, peak, "milp", proven_gap(result, price))
+    if result.status == 0:
+        return Certificate(point, float(flops))
+    bound = getattr(result, "mip_dual_bound", None)
+    if bound is None:
+        return Certificate(point, _relaxation_bound(cost, rows, node_limit, options, price))
+    return Certificate(point, max(0.0, float(bound) * price))
+
+
+def _relaxation_bound(
+    cost: np.ndarray, rows: list, node_limit: int, options: object, price: float
+) -> float | None:
+    """The LP relaxation's optimum (FLOPs): a lower bound on every point of the program,
+    for when HiGHS stops at its node limit with no bound of its own (scipy gives the
+    dual bound only with a point); None if the relaxation is not solved."""
+    relaxed = run_program(
+        cost, rows, [0] * len(cost), node_limit, FULL_OPTIONS if options is None else options
+    )
+    if relaxed.status == 2:
+        return math.inf
+    return None if relaxed.x is None else max(0.0, float(relaxed.fun) * price)
+
+
+@frozen
+class _Program:
+    """The full program's columns (`names`, `integral`) and `rows` (memory in units of
+    the largest root), for the candidates `cands` at the backward steps `events`."""
+
+    names: dict[tuple, int]
+    integral: list[int]
+    rows: list[tuple[dict[int, float], float, float]]
+    cands: tuple[int, ...]
+    events: list[int]
+
+
+def _build(model: RematModel, budget: int, cands: tuple[int, ...]) -> _Program | Certificate:
+    """The full program for `budget` bytes with `cands` the candidates (every other
+    root kept); a Certificate where it needs no solve: no candidate read by the
+    backward (not solved), or some step over budget whatever the choice (infeasible)."""
     is_cand = set(cands)
     tracked = sorted(
         is_cand | {i for v in cands for i in model.inputs[v]}, key=model.born.__getitem__
@@ -271,39 +356,7 @@ def certify(
                 return Certificate(None, math.inf)
             if row:
                 rows.append(({k: x / unit for k, x in row.items()}, -np.inf, cap / unit))
-    n = len(names)
-    if n > limit:
-        return Certificate(None, None)
-    price = float(max(1, *(model.cost[u] for u in cands)))
-    cost = np.zeros(n)
-    for key, k in names.items():
-        if key[0] == "R":
-            cost[k] = model.cost[key[1]] / price
-    result = run_program(
-        cost, rows, integral, node_limit, FULL_OPTIONS if options is None else options
-    )
-    if result.x is None:
-        return Certificate(None, math.inf if result.status == 2 else None)
-    x = result.x
-    recompute = frozenset(u for u in cands if x[names[("r", u)]] > 0.5)
-    emit = {
-        u: steps
-        for u in recompute
-        if (
-            steps := tuple(
-                s
-                for j, s in enumerate(events)
-                if ("R", u, j) in names and x[names[("R", u, j)]] > 0.5
-            )
-        )
-    }
-    flops = model.recompute_cost(recompute, emit)
-    peak = int(model.profile(recompute, emit).max(initial=0))
-    point = RematChoice(recompute, emit, flops, peak, "milp", proven_gap(result, price))
-    if result.status == 0:
-        return Certificate(point, float(flops))
-    bound = getattr(result, "mip_dual_bound", None)
-    return Certificate(point, None if bound is None else max(0.0, float(bound) * price))
+    return _Program(names, integral, rows, tuple(cands), events)
 
 
 def solve_greedy(

@@ -77,6 +77,7 @@ def test_certifying_once_reaches_the_optimum_of_solving_at_every_trial(monkeypat
     monkeypatch.setattr(remat_milp, "MAX_VARIABLES", 0)  # the full program only at the end
     once = tg.compile(grads, memory_budget=budget)
     assert once.remat.full_gap == 0.0
+    assert once.options.schedule_budget is None  # the answer re-planned with the full search
     assert once.remat.recompute_flops == every_trial.remat.recompute_flops
     feeds = feeds_for(grads)
     check_program(once, budget, keep.run(*feeds, backend="numpy"), feeds)
