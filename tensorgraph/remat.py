@@ -375,11 +375,13 @@ def _search_finished(prog: object, own: int | None) -> bool:
     """Whether `prog` (planned with TRIAL_SCHEDULE_BUDGET) has the plan the compile's own
     schedule budget `own` (None: the default) gives: its search stopped before
     TRIAL_SCHEDULE_BUDGET's work, so with no improving move left (planner/schedule.py's
-    local search stops only then or at its budget), `own` is no larger, or the strategy
-    is not the searching one ("best")."""
+    local search stops only then, at its budget or at a `time_limit`, which the stats
+    report as cut short), `own` is no larger, or the strategy is not the searching one
+    ("best")."""
     if prog.options.schedule != "best" or (own is not None and own <= TRIAL_SCHEDULE_BUDGET):
         return True
-    return prog.stats["schedule"]["work"] < TRIAL_SCHEDULE_BUDGET
+    searched = prog.stats["schedule"]
+    return searched["work"] < TRIAL_SCHEDULE_BUDGET and not searched["cut_short"]
 
 
 def compile_checkpointed(graph: Graph, **options: object) -> object:
