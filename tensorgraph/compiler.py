@@ -474,9 +474,27 @@ def compile(
             memory_budget,
             options.alignment,
             options.analyses,
-            lambda g: _finish(graph, g, dict(stats), options, states, debug),
+            lambda g, schedule_budget=None: _finish(
+                graph,
+                g,
+                dict(stats),
+                options
+                if schedule_budget is None
+                else _with_schedule_budget(options, schedule_budget),
+                states,
+                debug,
+            ),
         )
     return _finish(graph, rewritten, stats, options, states, debug)
+
+
+def _with_schedule_budget(options: CompileOptions, budget: int) -> CompileOptions:
+    """`options` with the schedule search's work budget at most `budget` (remat's trial
+    points are planned with less search than its answer: tensorgraph/remat.py)."""
+    from attrs import evolve
+
+    own = options.schedule_budget
+    return evolve(options, schedule_budget=budget if own is None else min(own, budget))
 
 
 def _finish(

@@ -31,14 +31,26 @@ on the rewrite's liveness (which frees a copy read only by the next copy once th
 computed, as `RematModel.profile` counts): a point the program answers fits the model.
 
 The solver runs deterministically under a node limit (branch-and-bound nodes, not
-seconds) and only on programs of at most MAX_VARIABLES variables (its work budget):
+seconds) and only on programs of at most `max_variables` variables (its work budget):
 the same graph and budget give the same answer on any machine. Its proven gap
 is (incumbent - dual bound) / incumbent, 0 when the point is certified optimal.
+`certify` gives the dual bound itself, in FLOPs: a lower bound on every point of the
+full program at that budget, against which the driver states the gap of a point another
+method found (tensorgraph/remat.py).
+
+HiGHS's sub-MIP primal heuristics (RENS, RINS) and feasibility jump are off for this
+program (FULL_OPTIONS): the driver has primal points from the single-copy program and
+the heuristic already, and on the small GPT-2's program those heuristics were two
+thirds of the root's time (12.4 s against 4.1 s with them off, node limit 1, at its
+halfway budget), while the CNN's program still closed at its root (0.7 s, gap 0).
+The root itself is not bounded by the node limit, so the variable caps stay.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -50,12 +62,29 @@ from tensorgraph.planner.remat import RematModel
 
 # Branch-and-bound nodes HiGHS may explore before it answers its best point and bound.
 DEFAULT_NODE_LIMIT = 500
-# Integer programs above this many variables are not solved (the driver then has the
-# single-copy program, planner/remat_single.py, and the heuristic): the solver's
-# work budget. HiGHS's node limit does not bound its root (cuts, sub-MIP heuristics),
-# which took over 60 s on the small GPT-2's 3,543 variables on the shared 2-core
-# machine; the zoo MLP's program is far below this and solves in well under a second.
+# Integer programs above this many variables are not solved at every bisection trial
+# (the driver then has the single-copy program, planner/remat_single.py, and the
+# heuristic): the solver's work budget. HiGHS's node limit does not bound its root
+# (cuts), which took 4-12 s on the small GPT-2's 3,402 variables and 21 s on Llama's
+# 3,072 with 50 nodes; the zoo MLP's program is far below this and solves in well under
+# a second.
 MAX_VARIABLES = 2_000
+# Above MAX_VARIABLES and up to this many, the driver solves the full program once, at
+# the model budget its answer was chosen at (`certify` with node_limit=None): nodes
+# CERTIFY_WORK // variables**2 (a node's LP grows about so), at least 1 (the root) and
+# at most DEFAULT_NODE_LIMIT. Measured: the ResNet-18 step's 9,141 variables close at the
+# root (0.7-1.7 s, gap 0); the transformers' (about 3,000-3,500) get 1-2 nodes, their
+# root alone 4.8-11 s (50 nodes took 21-103 s on the shared machine without closing):
+# its dual bound (or, where HiGHS gives none, the LP relaxation's) is the gap they
+# report; programs of a few hundred variables get the full DEFAULT_NODE_LIMIT.
+CERTIFY_MAX_VARIABLES = 12_000
+CERTIFY_WORK = 20_000_000
+# The full program's HiGHS options (see the module docstring).
+FULL_OPTIONS = {
+    "mip_heuristic_run_rens": False,
+    "mip_heuristic_run_rins": False,
+    "mip_heuristic_run_feasibility_jump": False,
+}
 # Model evaluations (peak profiles) the heuristic may spend.
 DEFAULT_GREEDY_WORK = 1_000
 
@@ -74,13 +103,134 @@ class RematChoice:
     gap: float | None
 
 
+@frozen
+class Certificate:
+    """What the full program proved at one budget: its best `point` (None: none found
+    within the node limit, or none exists), and `bound`, a lower bound (FLOPs) on the
+    recompute of every point of the full program at that budget (HiGHS's dual bound;
+    `math.inf` when the program is infeasible: no point of its model fits), or None
+    when the program was not solved (too large) or gave no bound."""
+
+    point: RematChoice | None
+    bound: float | None
+
+    def gap(self, flops: int) -> float | None:
+        """The proven gap of a point of `flops` FLOPs against `bound`: (flops - bound)
+        / flops, 0 when no point of the full program is cheaper, None without a bound."""
+        if self.bound is None or math.isinf(self.bound):  # not solved, or infeasible:
+            return None  # the point lies outside the full program's (stricter) rows
+        if flops <= self.bound:
+            return 0.0
+        return (flops - self.bound) / flops
+
+
 def solve_milp(
-    model: RematModel, budget: int, node_limit: int = DEFAULT_NODE_LIMIT
+    model: RematModel,
+    budget: int,
+    node_limit: int = DEFAULT_NODE_LIMIT,
+    max_variables: int | None = None,
+    options: Mapping[str, object] | None = None,
 ) -> RematChoice | None:
     """The least-FLOPs copies (see the module docstring) whose model peak is at most
-    `budget` bytes, or None when the program is infeasible, too large (MAX_VARIABLES)
-    or finds no point within `node_limit` nodes."""
-    cands = model.candidates
+    `budget` bytes, or None when the program is infeasible, too large (`max_variables`,
+    None: MAX_VARIABLES) or finds no point within `node_limit` nodes."""
+    return certify(model, budget, node_limit, max_variables, options).point
+
+
+def certify(
+    model: RematModel,
+    budget: int,
+    node_limit: int | None = DEFAULT_NODE_LIMIT,
+    max_variables: int | None = None,
+    options: Mapping[str, object] | None = None,
+) -> Certificate:
+    """The full program at `budget` bytes (see the module docstring): its best point
+    and its proven lower bound (`Certificate`); both None when the program has more than
+    `max_variables` variables (None: MAX_VARIABLES) or no candidate is read by the
+    backward. `options`: HiGHS's (None: FULL_OPTIONS); `node_limit` None: scaled to the
+    program's size (CERTIFY_WORK)."""
+    limit = MAX_VARIABLES if max_variables is None else max_variables
+    built = _build(model, budget, model.candidates)
+    if isinstance(built, Certificate):
+        return built
+    names, integral, rows, cands, events = (
+        built.names,
+        built.integral,
+        built.rows,
+        built.cands,
+        built.events,
+    )
+    n = len(names)
+    if n > limit:
+        return Certificate(None, None)
+    if node_limit is None:
+        node_limit = min(DEFAULT_NODE_LIMIT, max(1, CERTIFY_WORK // n**2))
+    price = float(max(1, *(model.cost[u] for u in cands)))
+    cost = np.zeros(n)
+    for key, k in names.items():
+        if key[0] == "R":
+            cost[k] = model.cost[key[1]] / price
+    result = run_program(
+        cost, rows, integral, node_limit, FULL_OPTIONS if options is None else options
+    )
+    if result.x is None:
+        if result.status == 2:
+            return Certificate(None, math.inf)
+        return Certificate(None, _relaxation_bound(cost, rows, node_limit, options, price))
+    x = result.x
+    recompute = frozenset(u for u in cands if x[names[("r", u)]] > 0.5)
+    emit = {
+        u: steps
+        for u in recompute
+        if (
+            steps := tuple(
+                s
+                for j, s in enumerate(events)
+                if ("R", u, j) in names and x[names[("R", u, j)]] > 0.5
+            )
+        )
+    }
+    flops = model.recompute_cost(recompute, emit)
+    peak = int(model.profile(recompute, emit).max(initial=0))
+    point = RematChoice(recompute, emit, flops, peak, "milp", proven_gap(result, price))
+    if result.status == 0:
+        return Certificate(point, float(flops))
+    bound = getattr(result, "mip_dual_bound", None)
+    if bound is None:
+        return Certificate(point, _relaxation_bound(cost, rows, node_limit, options, price))
+    return Certificate(point, max(0.0, float(bound) * price))
+
+
+def _relaxation_bound(
+    cost: np.ndarray, rows: list, node_limit: int, options: object, price: float
+) -> float | None:
+    """The LP relaxation's optimum (FLOPs): a lower bound on every point of the program,
+    for when HiGHS stops at its node limit with no bound of its own (scipy gives the
+    dual bound only with a point); None if the relaxation is not solved."""
+    relaxed = run_program(
+        cost, rows, [0] * len(cost), node_limit, FULL_OPTIONS if options is None else options
+    )
+    if relaxed.status == 2:
+        return math.inf
+    return None if relaxed.x is None else max(0.0, float(relaxed.fun) * price)
+
+
+@frozen
+class _Program:
+    """The full program's columns (`names`, `integral`) and `rows` (memory in units of
+    the largest root), for the candidates `cands` at the backward steps `events`."""
+
+    names: dict[tuple, int]
+    integral: list[int]
+    rows: list[tuple[dict[int, float], float, float]]
+    cands: tuple[int, ...]
+    events: list[int]
+
+
+def _build(model: RematModel, budget: int, cands: tuple[int, ...]) -> _Program | Certificate:
+    """The full program for `budget` bytes with `cands` the candidates (every other
+    root kept); a Certificate where it needs no solve: no candidate read by the
+    backward (not solved), or some step over budget whatever the choice (infeasible)."""
     is_cand = set(cands)
     tracked = sorted(
         is_cand | {i for v in cands for i in model.inputs[v]}, key=model.born.__getitem__
@@ -88,8 +238,8 @@ def solve_milp(
     events = sorted({s for u in cands for s in model.uses[u]})
     # Bytes in units of the largest root and FLOPs in units of the dearest: HiGHS's
     # numerics (ranges near 1) and cuts work far better than on raw bytes and FLOPs.
-    if not events:  # nothing to recompute (no candidates: `tracked` is empty too)
-        return None
+    if not events:  # nothing to recompute (no candidate, or none read by the backward)
+        return Certificate(None, None)
     unit = float(max(model.size[u] for u in tracked))
     index = {s: j for j, s in enumerate(events)}
     # The last event at which a root may be read: its backward readers', and those at
@@ -192,7 +342,7 @@ def solve_milp(
                     row[k] = row.get(k, 0) + model.size[u]
             cap = budget - int(fixed[start:stop].max())
             if cap < 0:
-                return None
+                return Certificate(None, math.inf)
             if row:
                 rows.append(({k: x / unit for k, x in row.items()}, -np.inf, cap / unit))
         if j < len(events):
@@ -203,36 +353,10 @@ def solve_milp(
                         row[names[key]] = row.get(names[key], 0) + model.size[u]
             cap = budget - int(fixed[step])
             if cap < 0:
-                return None
+                return Certificate(None, math.inf)
             if row:
                 rows.append(({k: x / unit for k, x in row.items()}, -np.inf, cap / unit))
-    n = len(names)
-    if n > MAX_VARIABLES:
-        return None
-    price = float(max(1, *(model.cost[u] for u in cands)))
-    cost = np.zeros(n)
-    for key, k in names.items():
-        if key[0] == "R":
-            cost[k] = model.cost[key[1]] / price
-    result = run_program(cost, rows, integral, node_limit)
-    if result.x is None:
-        return None
-    x = result.x
-    recompute = frozenset(u for u in cands if x[names[("r", u)]] > 0.5)
-    emit = {
-        u: steps
-        for u in recompute
-        if (
-            steps := tuple(
-                s
-                for j, s in enumerate(events)
-                if ("R", u, j) in names and x[names[("R", u, j)]] > 0.5
-            )
-        )
-    }
-    flops = model.recompute_cost(recompute, emit)
-    peak = int(model.profile(recompute, emit).max(initial=0))
-    return RematChoice(recompute, emit, flops, peak, "milp", proven_gap(result, price))
+    return _Program(names, integral, rows, tuple(cands), events)
 
 
 def solve_greedy(
@@ -328,11 +452,19 @@ def solve_greedy(
     )
 
 
-def run_program(cost: np.ndarray, rows: list, integral: list, node_limit: int) -> object:
+def run_program(
+    cost: np.ndarray,
+    rows: list,
+    integral: list,
+    node_limit: int,
+    options: Mapping[str, object] | None = None,
+) -> object:
     """HiGHS's answer (scipy.optimize.milp) to: minimise `cost` @ x over x in [0, 1]^n,
     integral where `integral` says, every (row, lb, ub) of `rows` (row: column ->
     coefficient) holding lb <= row @ x <= ub; at most `node_limit` branch-and-bound
-    nodes, no relative-gap stop (the same answer on any machine)."""
+    nodes, no relative-gap stop (the same answer on any machine). `options` are further
+    HiGHS options, which scipy passes to HiGHS verbatim (documented; its warning that
+    it does so is silenced here)."""
     n = len(cost)
     data, ri, ci, lo, hi = [], [], [], [], []
     for k, (row, lb, ub) in enumerate(rows):
@@ -343,13 +475,20 @@ def run_program(cost: np.ndarray, rows: list, integral: list, node_limit: int) -
         lo.append(lb)
         hi.append(ub)
     matrix = coo_array((data, (ri, ci)), shape=(len(rows), n)).tocsr()
-    return milp(
-        cost,
-        integrality=np.array(integral),
-        bounds=(np.zeros(n), np.ones(n)),
-        constraints=LinearConstraint(matrix, lo, hi) if rows else (),
-        options={"node_limit": node_limit, "mip_rel_gap": 0.0, "presolve": True},
-    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Unrecognized options detected", RuntimeWarning)
+        return milp(
+            cost,
+            integrality=np.array(integral),
+            bounds=(np.zeros(n), np.ones(n)),
+            constraints=LinearConstraint(matrix, lo, hi) if rows else (),
+            options={
+                "node_limit": node_limit,
+                "mip_rel_gap": 0.0,
+                "presolve": True,
+                **(options or {}),
+            },
+        )
 
 
 def proven_gap(result: object, scale: float = 1.0) -> float | None:

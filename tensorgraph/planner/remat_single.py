@@ -30,11 +30,17 @@ merged where no decision can change what is live):
   its last backward reader and its readers' emissions).
 The memory row of each stage: the bytes live in buffers the choice does not touch (the
 stage's largest), plus `size[u] * (keep[u, j] + copy[u, j])`, at most the budget.
-These rows are the single-copy model's, not exactly `RematModel.profile`'s (which
-gives each copy a sub-step of its own): a point may exceed the profile's peak by a
-buffer (seen: 64 B over at the least-memory budget of a random network). The driver
-(tensorgraph/remat.py) plans every point it takes and keeps it only where the placed
-arena fits, so the model is an estimate for this program as for the others.
+A copy is counted at every stage from its emission through its last read, past its
+horizon too (there `r[u]` stands for `a[u, j]`: a recomputed value's copy is emitted by
+then). These rows bound `RematModel.profile` from above (which gives each copy a
+sub-step of its own and frees a copy read only by the next one once that is computed),
+so a point the program answers fits the model's budget
+(tests/training/test_remat_single.py). Before the horizon fix they did not: a copy read
+by several backward steps (GPT-2's residual, read by seven) went uncounted after its
+first reader, and the certified 131,072-FLOPs point at GPT-2's halfway budget sat
+161,925 B above its model budget, so it never fit once placed. The driver
+(tensorgraph/remat.py) still plans every point it takes and keeps it only where the
+placed arena fits: the model estimates the planner's liveness.
 
 HiGHS runs deterministically under a node limit (branch-and-bound nodes, never
 seconds), on programs of at most SINGLE_MAX_VARIABLES variables.
@@ -177,7 +183,10 @@ def solve_single_copy(
             continue
         for j in back:
             s = starts[j]
-            a = a_at(u, j)
+            # Past u's horizon its copy is emitted iff u is recomputed: `r[u]` stands for
+            # `a[u, j]` there (skipping these stages left a copy read after its first
+            # reader, such as a residual read by several backward steps, uncounted).
+            a = a_at(u, j) if s <= horizon[u] else ru
             if a is None:
                 continue
             terms = []
