@@ -321,6 +321,22 @@ def check_indices(
     HostCheckPlan(checks)(feeds, state)
 
 
+def implied(check: HostCheck, known: Mapping[int, tuple[int, int]]) -> bool:
+    """Whether `check` passes for every feed its caller vouches for: its index is an input
+    itself (the cone is that one node) whose elements `known` (input node id -> (low,
+    high)) puts in [low, high), an interval inside the range `check` accepts. A decode
+    step fed the argmax of a vocab-wide logits row as its token: [0, vocab) needs no
+    reading of the token when the embedding has >= vocab rows."""
+    if len(check.cone) != 1 or check.cone[0].id not in known:
+        return False
+    low, high = known[check.cone[0].id]
+    if low >= high:
+        return False  # no element at all: nothing to vouch for, keep the check
+    if check.kind == "start":
+        return low >= 0 and high - 1 <= check.size - check.rows
+    return low >= (-check.size if check.kind == "signed" else 0) and high <= check.size
+
+
 class HostCheckPlan:
     """`check_indices` for fixed `checks`, planned once: each distinct rule with the
     cone nodes it evaluates first (none an earlier rule evaluated), the constants read
@@ -328,19 +344,26 @@ class HostCheckPlan:
     State raises exactly what `check_indices` raises, in the same order (rules in graph
     order, each cone's ops before its test), and writes nothing anywhere.
 
+    `known` (input node id -> (low, high)): inputs whose every element the caller
+    guarantees in [low, high). A rule `implied` by them is proven here, once, and not
+    evaluated per call (so an input that is a lazy device array need not be read); every
+    other rule is evaluated as before, from the actual feeds.
+
     An op is computed as `kernels.evaluate` computes it (its kernel under NumPy's
     errstate, entered once per rule, the result's shape checked, cast to the node's
     dtype) but without evaluate's fresh copy: the values are only read here, never handed out. An op
     without a NumPy kernel keeps `evaluate` itself, which raises its RunError when the
     check is run, as before."""
 
-    def __init__(self, checks: Sequence[HostCheck]) -> None:
+    def __init__(
+        self, checks: Sequence[HostCheck], known: Mapping[int, tuple[int, int]] | None = None
+    ) -> None:
         self.constants: dict[int, np.ndarray] = {}
         self.rules: list[tuple[tuple[tuple[Node, object], ...], HostCheck]] = []
         planned: set[int] = set()
         done: set[tuple[int, str, int, int]] = set()
         for check in checks:
-            if check.rule in done:
+            if check.rule in done or (known and implied(check, known)):
                 continue
             done.add(check.rule)
             steps = []
@@ -406,6 +429,10 @@ def _test(check: HostCheck, index: np.ndarray) -> None:
             raise RunError(slice_start_message(node, start, check.rows, size))
         return
     low = -size if check.kind == "signed" else 0
+    if index.size == 1:  # a decode step's one token or position: a scalar compare
+        value = int(index.reshape(-1)[0])
+        if low <= value < size:
+            return
     bad = (index < low) | (index >= size)
     if bad.any():
         raise RunError(
