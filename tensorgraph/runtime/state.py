@@ -39,6 +39,7 @@ from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import OPS
+from tensorgraph.runtime.check_tables import scalar_table
 from tensorgraph.runtime.kernels import (
     KERNELS,
     constant_value,
@@ -344,6 +345,10 @@ class HostCheckPlan:
     State raises exactly what `check_indices` raises, in the same order (rules in graph
     order, each cone's ops before its test), and writes nothing anywhere.
 
+    A rule over one scalar integer input (a decode position) is first looked up in its
+    `check_tables.scalar_table`, evaluated once by the same kernels: a passing value
+    costs one lookup, any other runs the rule.
+
     `known` (input node id -> (low, high)): inputs whose every element the caller
     guarantees in [low, high). A rule `implied` by them is proven here, once, and not
     evaluated per call (so an input that is a lazy device array need not be read); every
@@ -359,7 +364,7 @@ class HostCheckPlan:
         self, checks: Sequence[HostCheck], known: Mapping[int, tuple[int, int]] | None = None
     ) -> None:
         self.constants: dict[int, np.ndarray] = {}
-        self.rules: list[tuple[tuple[tuple[Node, object], ...], HostCheck]] = []
+        self.rules: list[tuple[tuple[tuple[Node, object], ...], HostCheck, object]] = []
         planned: set[int] = set()
         done: set[tuple[int, str, int, int]] = set()
         for check in checks:
@@ -375,14 +380,29 @@ class HostCheckPlan:
                     self.constants[node.id] = constant_value(node)
                 else:
                     steps.append((node, _host_step(node)))
-            self.rules.append((tuple(steps), check))
+            self.rules.append((tuple(steps), check, scalar_table(check)))
+        # a rule may be skipped on its table only if no later rule reads what its steps
+        # compute (each cone node is computed once, by the first rule that needs it);
+        # a skipped rule still reads its inputs (`__call__`), so sharing those is fine
+        later: set[int] = set()
+        for k in range(len(self.rules) - 1, -1, -1):
+            steps, check, table = self.rules[k]
+            computed = (node.id for node, step in steps if step != "input")
+            if table is not None and any(i in later for i in computed):
+                self.rules[k] = (steps, check, None)
+            later.update(node.id for node in check.cone)
 
     def __bool__(self) -> bool:
         return bool(self.rules)
 
     def __call__(self, feeds: Mapping[int, object], state: State | None = None) -> None:
         values = dict(self.constants)
-        for steps, check in self.rules:
+        for steps, check, table in self.rules:
+            if table is not None and table.passes(feeds):
+                for node, step in steps:  # a scalar position passing in its table's window
+                    if step == "input":
+                        values[node.id] = np.asarray(feeds[node.id])
+                continue
             # one errstate per rule, not per op (as evaluate: IEEE inf/nan, NumPy's casts)
             with np.errstate(all="ignore"):
                 for node, step in steps:
