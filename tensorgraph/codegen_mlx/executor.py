@@ -61,6 +61,7 @@ from tensorgraph.ir.ops import OPS
 from tensorgraph.planner.sharing import shared_of
 from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
 from tensorgraph.runtime.kernels import constant_value
+from tensorgraph.runtime.per_object import PerObject
 from tensorgraph.runtime.state import HostCheckPlan, host_checks
 
 MODES = ("auto", "eager", "compiled")
@@ -71,11 +72,11 @@ SLACK = 0.05
 # Per-program artefacts (weights converted to mx.array, compiled traces and segments,
 # the last run's stats), keyed by the frozen Program itself: they live as long as the
 # program and never inside it.
-_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CACHES = PerObject()  # by identity: a decode step looks it up ~10 times per call
 
 
 def _cache(program: object) -> dict[str, object]:
-    return _CACHES.setdefault(program, {})
+    return _CACHES.of(program)
 
 
 def last_run(program: object) -> RunStats | None:

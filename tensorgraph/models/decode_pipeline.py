@@ -55,17 +55,17 @@ def decode_greedy(
     `options`: the MLX backend's run options, already checked by the caller."""
     token = mx.array(first.astype(np.int32))
     pending: tuple[int, mx.array] | None = None
+    plans: dict[str, tuple] = {}  # entry -> (its Program, feed plan, run options)
     for step, position in enumerate(positions, start=1):
         entry = decode_entry(position)
-        feeds, known = {}, {}
-        for name, role, dtype in roles(entry):
-            if role == "ids":
-                feeds[name] = token.astype(MX_DTYPES[np.dtype(dtype).name]).reshape(-1, 1)
-                known[name] = (0, vocab)  # an argmax over a vocab-wide row
-            else:
-                feeds[name] = np.array(position, dtype)
-        run = {**options, "known": known, "wait": False}
-        (logits,) = call(program.entries[entry], feeds, None, "mlx", state, run)
+        if entry not in plans:
+            plans[entry] = _plan(program.entries[entry], roles(entry), vocab, options)
+        entry_program, fed, run = plans[entry]
+        feeds = {
+            name: token.astype(mx_dtype).reshape(-1, 1) if ids else np.array(position, dtype)
+            for name, ids, dtype, mx_dtype in fed
+        }
+        (logits,) = call(entry_program, feeds, None, "mlx", state, run)
         token = mx.argmax(logits.reshape(first.shape[0], -1), axis=-1)
         mx.async_eval(token)
         if pending is not None:
@@ -73,6 +73,16 @@ def decode_greedy(
         pending = (step, token)
     if pending is not None:
         emit(*_read(pending))
+
+
+def _plan(entry: object, roles: list, vocab: int, options: Mapping[str, object]) -> tuple:
+    """(entry, (input name, is the token, NumPy dtype, MLX dtype) per input, run options
+    telling the executor the token's range: an argmax over a vocab-wide row)."""
+    fed = [
+        (name, role == "ids", dtype, MX_DTYPES[np.dtype(dtype).name]) for name, role, dtype in roles
+    ]
+    known = {name: (0, vocab) for name, ids, _, _ in fed if ids}
+    return entry, fed, {**options, "known": known, "wait": False}
 
 
 def _read(pending: tuple[int, mx.array]) -> tuple[int, np.ndarray]:
