@@ -2,8 +2,11 @@
 `from_torch_generation` import against a hand-written MLX decode loop of the same
 weights (benches/mlx_handwritten.py: a preallocated cache written by mx.slice_update,
 one mx.compile'd step with the position as an mx.array, as bench_generate.py's compiled
-contender; and mlx-lm's uncompiled step over the rows written so far), for Llama, Qwen2
-and Gemma 2 at one small config. The ratio is against the faster hand-written loop.
+contender; mlx-lm's uncompiled step over the rows written so far; and the compiled step
+in mlx-lm's pipelined `generate_step` loop: the pick stays on the device and step t + 1
+is queued before token t is read, as tensorgraph's greedy `generate` does on MLX), for
+Llama, Qwen2 and Gemma 2 at one small config. `tg/best hand` is against the faster of
+the two synchronous hand-written loops, `tg/pipelined` against the pipelined one.
 
 Gemma 2 is configured with full-attention layers only (`layer_types`) and a
 sliding_window of max_seq, so its attention is global on both sides (its sliding-window

@@ -3,7 +3,9 @@ against bench_decode_families' compiled hand-written loop, synchronous and pipel
 (mlx-lm's `generate_step`: the pick stays on the device, step t + 1 is queued before
 token t is read), at the bench's default size.
 
-For each contender, per decode token (best of `--rounds` interleaved rounds after 3
+tensorgraph runs twice: `generate` as it is, and its synchronous loop (the one a
+sampler that draws on the host keeps; in a checkout before the pipelined loop both rows
+are that loop). For each contender, per decode token (best of `--rounds` interleaved rounds after 3
 warm-up rounds, each 64 tokens): `wall`, the loop's wall time; `mlx`, the time the host
 spent inside MLX's evaluation calls (mx.eval, mx.async_eval, and the wait for a token
 read back: each loop here evaluates explicitly before it reads, so that wait is counted);
@@ -34,6 +36,7 @@ import bench_decode_families as bench
 
 import tensorgraph as tg
 from tensorgraph.importers.generation import from_torch_generation
+from tensorgraph.models import generation
 from tensorgraph.models.generation import generate
 
 TOKENS = 64
@@ -68,16 +71,26 @@ def _instrument() -> None:
     decode_pipeline._read = evaluated
 
 
-def run_tg(program: object, prompt: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """(tokens, decode wall s, s inside MLX evaluation during decode) of one `generate`."""
+def run_tg(
+    program: object, prompt: np.ndarray, pipeline: bool = True
+) -> tuple[np.ndarray, float, float]:
+    """(tokens, decode wall s, s inside MLX evaluation during decode) of one `generate`;
+    `pipeline` False: its synchronous loop (what it runs for a sampler that draws)."""
     mark: list[float] = []
+    pipelines = getattr(generation, "_pipelines", None)
+    if not pipeline and pipelines is not None:
+        generation._pipelines = lambda *args: False
 
     def on_token(_token: np.ndarray) -> None:
         if not mark:  # token 0 comes from the prefill, before the decode loop starts
             mark.append(WAITED[0])
 
     WAITED[0] = 0.0
-    result = generate(program, prompt, TOKENS, backend="mlx", on_token=on_token)
+    try:
+        result = generate(program, prompt, TOKENS, backend="mlx", on_token=on_token)
+    finally:
+        if pipelines is not None:
+            generation._pipelines = pipelines
     return result.tokens, result.decode_seconds, WAITED[0] - mark[0]
 
 
@@ -116,6 +129,7 @@ def measure(family: str, rounds: int, profile: bool) -> None:
     hand = bench.DecoderLM(model, bench.MAX_SEQ)
     runs = {
         "tensorgraph generate": lambda: run_tg(program, prompt),
+        "tensorgraph synchronous": lambda: run_tg(program, prompt, pipeline=False),
         "hand compiled": lambda: run_hand(hand, prompt, False),
         "hand compiled pipelined": lambda: run_hand(hand, prompt, True),
     }
