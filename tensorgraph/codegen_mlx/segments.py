@@ -310,8 +310,7 @@ def run_segments(
         pending = results
     result = [slots[o] for o in graph.outputs]
     if not wait and not verdicts:
-        mx.async_eval(result)  # an output no segment computed (an input returned as is)
-        return result
+        return result  # each output is a dispatched segment's, or a boundary value as given
     mx.eval(result, verdicts)
     guarded = [i for segment in segments for i in segment.guarded]
     for node_id, outcome in zip(guarded, verdicts, strict=True):
