@@ -143,7 +143,9 @@ def _host_checks(program: object) -> tuple:
     return cache["host-checks"]
 
 
-def _host_plan(program: object, known: Mapping[str, tuple[int, int]] | None = None):
+def _host_plan(
+    program: object, known: Mapping[str, tuple[int, int]] | None = None
+) -> HostCheckPlan:
     """`HostCheckPlan(_host_checks(program), known)`: the host checks planned once per
     program and `known` ranges (input name -> (low, high), see `run_mlx`); RunError
     naming a `known` entry that is no input of the graph or no pair of ints."""
