@@ -10,8 +10,10 @@ warm-up rounds, each 64 tokens): `wall`, the loop's wall time; `mlx`, the time t
 spent inside MLX's evaluation calls (mx.eval, mx.async_eval, and the wait for a token
 read back: each loop here evaluates explicitly before it reads, so that wait is counted);
 `host` = wall - mlx: Python and MLX graph building outside evaluation (feeds, checks,
-conversions, the compiled call that replays a trace, the pick). The `host` figure does
-not depend on the machine's load as the others do. On the MLX CPU backend,
+conversions, the compiled call that replays a trace, the pick); and `cpu`, the calling
+thread's CPU time (time.thread_time: host work plus MLX's dispatch on that thread, not
+the kernels, which MLX's CPU backend runs on its own threads, nor time spent waiting or
+descheduled), the figure other jobs on the machine move least. On the MLX CPU backend,
 mx.async_eval itself blocks while it dispatches a step's kernels, so `mlx` is most of
 `wall`, pipelined or not. `--profile` adds a cProfile of one tensorgraph `generate`.
 
@@ -83,7 +85,7 @@ def run_tg(
 
     def on_token(_token: np.ndarray) -> None:
         if not mark:  # token 0 comes from the prefill, before the decode loop starts
-            mark.append(WAITED[0])
+            mark.extend((WAITED[0], time.thread_time()))
 
     WAITED[0] = 0.0
     try:
@@ -91,7 +93,8 @@ def run_tg(
     finally:
         if pipelines is not None:
             generation._pipelines = pipelines
-    return result.tokens, result.decode_seconds, WAITED[0] - mark[0]
+    cpu = time.thread_time() - mark[1]
+    return result.tokens, result.decode_seconds, WAITED[0] - mark[0], cpu
 
 
 def run_hand(hand: object, prompt: np.ndarray, pipeline: bool) -> tuple[np.ndarray, float, float]:
@@ -102,7 +105,7 @@ def run_hand(hand: object, prompt: np.ndarray, pipeline: bool) -> tuple[np.ndarr
     out = [np.array(token, np.int32)]
     positions = range(prompt.shape[1], prompt.shape[1] + TOKENS - 1)
     WAITED[0] = 0.0
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.thread_time()
     pending = None
     for pos in positions:
         token = mx.argmax(hand.decode(token.reshape(-1, 1), pos), axis=-1)
@@ -118,7 +121,8 @@ def run_hand(hand: object, prompt: np.ndarray, pipeline: bool) -> tuple[np.ndarr
     if pending is not None:
         mx.eval(pending)
         out.append(np.array(pending, np.int32))
-    return np.stack(out, axis=1), time.perf_counter() - began, WAITED[0]
+    wall, cpu = time.perf_counter() - began, time.thread_time() - cpu
+    return np.stack(out, axis=1), wall, WAITED[0], cpu
 
 
 def measure(family: str, rounds: int, profile: bool) -> None:
@@ -136,25 +140,21 @@ def measure(family: str, rounds: int, profile: bool) -> None:
     for _ in range(3):
         for run in runs.values():
             run()
-    best: dict[str, list[float]] = {name: [np.inf, np.inf, np.inf] for name in runs}
+    best: dict[str, list[float]] = {name: [np.inf] * 4 for name in runs}
     tokens = {}
     for _ in range(rounds):
         for name, run in runs.items():
-            tokens[name], wall, waited = run()
-            figures = best[name]
-            best[name] = [
-                min(figures[0], wall),
-                min(figures[1], waited),
-                min(figures[2], wall - waited),
-            ]
+            tokens[name], wall, waited, cpu = run()
+            figures = (wall, waited, wall - waited, cpu)
+            best[name] = [min(a, b) for a, b in zip(best[name], figures, strict=True)]
     agree = len({t.tobytes() for t in tokens.values()}) == 1
     steps = TOKENS - 1
     verdict = "yes" if agree else "NO"
     print(f"{family}: ms per decode token, best of {rounds} (tokens agree: {verdict})")
-    print(f"  {'contender':<26} {'wall':>7} {'mlx':>7} {'host':>7}")
-    for name, (wall, waited, host) in best.items():
-        wall, waited, host = (1e3 * seconds / steps for seconds in (wall, waited, host))
-        print(f"  {name:<26} {wall:>7.3f} {waited:>7.3f} {host:>7.3f}")
+    print(f"  {'contender':<26} {'wall':>7} {'mlx':>7} {'host':>7} {'cpu':>7}")
+    for name, figures in best.items():
+        wall, waited, host, cpu = (1e3 * seconds / steps for seconds in figures)
+        print(f"  {name:<26} {wall:>7.3f} {waited:>7.3f} {host:>7.3f} {cpu:>7.3f}")
     if profile:
         profiler = cProfile.Profile()
         profiler.enable()
