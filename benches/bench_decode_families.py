@@ -2,8 +2,11 @@
 `from_torch_generation` import against a hand-written MLX decode loop of the same
 weights (benches/mlx_handwritten.py: a preallocated cache written by mx.slice_update,
 one mx.compile'd step with the position as an mx.array, as bench_generate.py's compiled
-contender; and mlx-lm's uncompiled step over the rows written so far), for Llama, Qwen2
-and Gemma 2 at one small config. The ratio is against the faster hand-written loop.
+contender; mlx-lm's uncompiled step over the rows written so far; and the compiled step
+in mlx-lm's pipelined `generate_step` loop: the pick stays on the device and step t + 1
+is queued before token t is read, as tensorgraph's greedy `generate` does on MLX), for
+Llama, Qwen2 and Gemma 2 at one small config. `tg/best hand` is against the faster of
+the two synchronous hand-written loops, `tg/pipelined` against the pipelined one.
 
 Gemma 2 is configured with full-attention layers only (`layer_types`) and a
 sliding_window of max_seq, so its attention is global on both sides (its sliding-window
@@ -37,7 +40,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mlx_handwritten import DecoderLM, WhisperDecodeLoop
+from mlx_handwritten import DecoderLM, WhisperDecodeLoop, pipelined
 
 import tensorgraph as tg
 from tensorgraph.importers.generation import from_torch_generation
@@ -80,10 +83,19 @@ def transformers_tokens(model: torch.nn.Module, prompt: np.ndarray, tokens: int)
     return out[:, prompt.shape[1] :].numpy().astype(np.int32)
 
 
-def hand_generate(model: DecoderLM, prompt: np.ndarray, tokens: int, compiled: bool):
-    """(token ids, decode seconds) of one greedy run of a hand-written loop."""
+def hand_generate(
+    model: DecoderLM, prompt: np.ndarray, tokens: int, compiled: bool, pipeline: bool = False
+):
+    """(token ids, decode seconds) of one greedy run of a hand-written loop; `pipeline`:
+    mlx-lm's pipelined loop around the compiled step (`mlx_handwritten.pipelined`)."""
     model.reset()
-    out = [np.asarray(mx.argmax(model.prefill(prompt), axis=-1)).astype(np.int32)]
+    first = mx.argmax(model.prefill(prompt), axis=-1)
+    out = [np.asarray(first).astype(np.int32)]
+    if pipeline:
+        picks, seconds = pipelined(
+            model.decode, first, range(prompt.shape[1], prompt.shape[1] + tokens - 1)
+        )
+        return np.stack(out + picks, axis=1), seconds
     decode = model.decode if compiled else model.decode_eager
     began = time.perf_counter()
     for step in range(1, tokens):
@@ -98,7 +110,12 @@ def tg_generate(program: object, prompt: np.ndarray, tokens: int):
     return result.tokens, result.decode_seconds
 
 
-CONTENDERS = ("tensorgraph generate (mlx)", "hand-written mx.compile", "hand-written eager")
+CONTENDERS = (
+    "tensorgraph generate (mlx)",
+    "hand-written mx.compile",
+    "hand-written eager",
+    "hand-written mx.compile pipelined",
+)
 
 
 def contenders(family: str, size: str, prompt: np.ndarray, tokens: int):
@@ -110,6 +127,7 @@ def contenders(family: str, size: str, prompt: np.ndarray, tokens: int):
         CONTENDERS[0]: lambda: tg_generate(program, prompt, tokens),
         CONTENDERS[1]: lambda: hand_generate(hand, prompt, tokens, True),
         CONTENDERS[2]: lambda: hand_generate(hand, prompt, tokens, False),
+        CONTENDERS[3]: lambda: hand_generate(hand, prompt, tokens, True, pipeline=True),
     }
     return transformers_tokens(model, prompt, tokens), runs
 
@@ -144,9 +162,13 @@ def whisper_contenders(family: str, size: str, prompt: np.ndarray, tokens: int):
         result = generate_seq2seq(program, mel, tokens, rules=rules, backend="mlx")
         return result.tokens, result.decode_seconds
 
-    def written(compiled: bool):
+    def written(compiled: bool, pipeline: bool = False):
         start = np.array([[config.decoder_start_token_id]], np.int32)
-        out = [np.asarray(mx.argmax(hand.start(mel, start), axis=-1)).astype(np.int32)]
+        first = mx.argmax(hand.start(mel, start), axis=-1)
+        out = [np.asarray(first).astype(np.int32)]
+        if pipeline:
+            picks, seconds = pipelined(hand.decode, first, range(1, tokens))
+            return np.stack(out + picks, axis=1), seconds
         decode = hand.decode if compiled else hand.decode_eager
         began = time.perf_counter()
         for step in range(1, tokens):
@@ -160,6 +182,7 @@ def whisper_contenders(family: str, size: str, prompt: np.ndarray, tokens: int):
         CONTENDERS[0]: ours,
         CONTENDERS[1]: lambda: written(True),
         CONTENDERS[2]: lambda: written(False),
+        CONTENDERS[3]: lambda: written(True, pipeline=True),
     }
     return want[:, -tokens:].numpy().astype(np.int32), runs  # generate returns new tokens
 
@@ -215,17 +238,18 @@ def main() -> None:
         f"best of {args.runs}; MLX {args.device}; {blas_info()}"
     )
     print(
-        f"{'family':<8} {'tg tok/s':>9} {'compiled':>9} {'eager':>9} {'tg/best hand':>12} "
-        f"{'tokens agree':>13}"
+        f"{'family':<8} {'tg tok/s':>9} {'compiled':>9} {'eager':>9} {'pipelined':>9} "
+        f"{'tg/best hand':>12} {'tg/pipelined':>12} {'tokens agree':>13}"
     )
     steps = args.tokens - 1
     for family in args.families.split(","):
         result = compare(family, args.size, args.prompt_len, args.tokens, args.runs)
-        ours, compiled, eager = (result[n][1] for n in CONTENDERS)
+        ours, compiled, eager, piped = (result[n][1] for n in CONTENDERS)
         agree = all(agrees(result[n][0], result["reference"]) for n in CONTENDERS)
         print(
             f"{family:<8} {steps / ours:>9.1f} {steps / compiled:>9.1f} {steps / eager:>9.1f} "
-            f"{min(compiled, eager) / ours:>12.3f} {'yes' if agree else 'NO':>13}"
+            f"{steps / piped:>9.1f} {min(compiled, eager) / ours:>12.3f} {piped / ours:>12.3f} "
+            f"{'yes' if agree else 'NO':>13}"
         )
 
 

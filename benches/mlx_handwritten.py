@@ -12,7 +12,9 @@ preallocated per layer, (batch, kv heads, max_seq, head dim), written with
 mx.slice_update: `prefill` attends causally over the prompt's rows; `decode` is one
 mx.compile'd step with the position as an mx.array and a bool mask over the whole
 cache (shape-stable, traced once), as benches/bench_generate.py's compiled contender;
-`decode_eager` is mlx-lm's uncompiled step over the rows written so far.
+`decode_eager` is mlx-lm's uncompiled step over the rows written so far. `pipelined`
+is mlx-lm's `generate_step` loop around a compiled step: the pick stays on the device
+and step t + 1 is queued (mx.async_eval) before token t is read back.
 `WhisperEncoder` and `WhisperDecoder` follow mlx-examples' whisper: two convolutions and
 pre-norm blocks; the decoder here runs a whole token prefix against the encoder's
 states without a cache (the first decoder call of a transcription). `WhisperDecodeLoop`
@@ -23,6 +25,7 @@ once, a preallocated self-attention cache, and compiled or eager steps as Decode
 from __future__ import annotations
 
 import math
+import time
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -164,9 +167,11 @@ class DecoderLM:
         logits, new = self._forward(token, list(caches), pos, pos, mask, self.max_seq)
         return (logits, *new)
 
-    def decode(self, token: np.ndarray, pos: int) -> mx.array:
-        """Logits (batch, vocab) of `token` (batch, 1) at position `pos`: one compiled step."""
-        logits, *self.caches = self.step(mx.array(token), mx.array([pos]), *self.caches)
+    def decode(self, token: np.ndarray | mx.array, pos: int) -> mx.array:
+        """Logits (batch, vocab) of `token` (batch, 1) at position `pos`: one compiled step
+        (`token` may be a lazy mx.array: mlx-lm's pipelined loop feeds its last pick)."""
+        token = token if isinstance(token, mx.array) else mx.array(token)
+        logits, *self.caches = self.step(token, mx.array([pos]), *self.caches)
         return logits
 
     def decode_eager(self, token: np.ndarray, pos: int) -> mx.array:
@@ -176,6 +181,24 @@ class DecoderLM:
             mx.array(token), self.caches, pos, mx.array([pos]), None, pos + 1
         )
         return logits
+
+
+def pipelined(decode: object, first: mx.array, positions: range) -> tuple[list[np.ndarray], float]:
+    """mlx-lm's `generate_step` pipelining around `decode(token (batch, 1), pos) ->
+    logits`: each greedy pick is `mx.argmax` on the device, fed lazily to the next step,
+    which is queued before the pick is read. (The picks (batch,) int32 after `first`,
+    seconds of the loop.)"""
+    out, token, pending = [], first, None
+    began = time.perf_counter()
+    for pos in positions:
+        token = mx.argmax(decode(token.reshape(-1, 1), pos), axis=-1)
+        mx.async_eval(token)
+        if pending is not None:
+            out.append(np.array(pending, np.int32))
+        pending = token
+    if pending is not None:
+        out.append(np.array(pending, np.int32))
+    return out, time.perf_counter() - began
 
 
 def _attention(x: mx.array, source: mx.array, w: dict, p: str, heads: int, mask) -> mx.array:
@@ -311,9 +334,11 @@ class WhisperDecodeLoop:
         logits, new = self._forward(token, pos, list(caches), mask, self.max_seq)
         return (logits, *new)
 
-    def decode(self, token: np.ndarray, pos: int) -> mx.array:
-        """Logits (batch, vocab) of `token` (batch, 1) at `pos`: one compiled step."""
-        logits, *self.caches = self.step(mx.array(token), mx.array([pos]), *self.caches)
+    def decode(self, token: np.ndarray | mx.array, pos: int) -> mx.array:
+        """Logits (batch, vocab) of `token` (batch, 1) at `pos`: one compiled step (`token`
+        may be a lazy mx.array, as DecoderLM.decode)."""
+        token = token if isinstance(token, mx.array) else mx.array(token)
+        logits, *self.caches = self.step(token, mx.array([pos]), *self.caches)
         return logits
 
     def decode_eager(self, token: np.ndarray, pos: int) -> mx.array:

@@ -34,11 +34,12 @@ import numpy as np
 from tensorgraph.compiler import BACKENDS
 from tensorgraph.errors import RunError
 from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
+from tensorgraph.runtime.per_object import PerObject
 from tensorgraph.runtime.state import HostCheckPlan, State, check_state, check_values, host_checks
 
 # Per-program facts computed once (states, feed nodes, host checks: each a scan of the
 # graph), keyed by the program: a decode step should not rescan its graph per call.
-_FACTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_FACTS = PerObject()
 
 
 def new_state(
@@ -64,13 +65,14 @@ def _facts(program: object) -> tuple:
     """(states, feed nodes, host checks planned (`HostCheckPlan`), the States already
     checked for this program: a State's specs and backend never change, so
     `check_state` passes once for good, and the output positions of state updates)."""
-    facts = _FACTS.get(program)
+    kept = _FACTS.of(program)
+    facts = kept.get("facts")
     if facts is None:
         graph = program.graph
         checks = HostCheckPlan(host_checks(graph))
         updates = frozenset(graph.state_positions.values())
         facts = (tuple(graph.states), feed_nodes(graph), checks, weakref.WeakSet(), updates)
-        _FACTS[program] = facts
+        kept["facts"] = facts
     return facts
 
 

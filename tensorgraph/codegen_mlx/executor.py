@@ -61,6 +61,7 @@ from tensorgraph.ir.ops import OPS
 from tensorgraph.planner.sharing import shared_of
 from tensorgraph.runtime.feeds import bind_feeds, feed_nodes
 from tensorgraph.runtime.kernels import constant_value
+from tensorgraph.runtime.per_object import PerObject
 from tensorgraph.runtime.state import HostCheckPlan, host_checks
 
 MODES = ("auto", "eager", "compiled")
@@ -71,11 +72,11 @@ SLACK = 0.05
 # Per-program artefacts (weights converted to mx.array, compiled traces and segments,
 # the last run's stats), keyed by the frozen Program itself: they live as long as the
 # program and never inside it.
-_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CACHES = PerObject()  # by identity: a decode step looks it up ~10 times per call
 
 
 def _cache(program: object) -> dict[str, object]:
-    return _CACHES.setdefault(program, {})
+    return _CACHES.of(program)
 
 
 def last_run(program: object) -> RunStats | None:
@@ -142,12 +143,33 @@ def _host_checks(program: object) -> tuple:
     return cache["host-checks"]
 
 
-def _host_plan(program: object) -> HostCheckPlan:
-    """`HostCheckPlan(_host_checks(program))`: the host checks planned once per program."""
+def _host_plan(
+    program: object, known: Mapping[str, tuple[int, int]] | None = None
+) -> HostCheckPlan:
+    """`HostCheckPlan(_host_checks(program), known)`: the host checks planned once per
+    program and `known` ranges (input name -> (low, high), see `run_mlx`); RunError
+    naming a `known` entry that is no input of the graph or no pair of ints."""
     cache = _cache(program)
-    if "host-plan" not in cache:
-        cache["host-plan"] = HostCheckPlan(_host_checks(program))
-    return cache["host-plan"]
+    key = ("host-plan", tuple(sorted(known.items())) if known else ())
+    if key not in cache:
+        ids = {}
+        inputs = _feed_nodes(program).inputs
+        for name, bounds in (known or {}).items():
+            if name not in inputs:
+                raise RunError(f"known range for {name!r}: the graph has no such input")
+            if len(bounds) != 2 or not all(isinstance(b, int) for b in bounds):
+                raise RunError(f"known range for {name!r}: expected (low, high) ints, {bounds!r}")
+            ids[inputs[name].id] = bounds
+        cache[key] = HostCheckPlan(_host_checks(program), ids)
+    return cache[key]
+
+
+def _feed_nodes(program: object) -> object:
+    """`feed_nodes(program.graph)`, computed once per program."""
+    cache = _cache(program)
+    if "feed-nodes" not in cache:
+        cache["feed-nodes"] = feed_nodes(program.graph)
+    return cache["feed-nodes"]
 
 
 def _in_range(program: object) -> frozenset[int]:
@@ -167,15 +189,20 @@ def _in_range(program: object) -> frozenset[int]:
 
 
 def _check_on_host(
-    program: object, feeds: dict[int, object], device: mx.Device, state: object | None
+    program: object,
+    feeds: dict[int, object],
+    device: mx.Device,
+    state: object | None,
+    known: Mapping[str, tuple[int, int]] | None = None,
 ) -> None:
     """Check the indices and positions computable from the feeds and the small states
-    of `state` on the host (guards.py, tier 3). When one is out of range: a graph with
-    states raises that RunError now, before anything touches the state; a stateless one
-    runs eagerly with every guard, which raises the first broken precondition in
+    of `state` on the host (guards.py, tier 3), but those the `known` ranges of inputs
+    prove once and for all (`runtime.state.implied`). When one is out of range: a graph
+    with states raises that RunError now, before anything touches the state; a stateless
+    one runs eagerly with every guard, which raises the first broken precondition in
     schedule order, as the other executors and the oracle do (the host's check is in
     graph order)."""
-    plan = _host_plan(program)
+    plan = _host_plan(program, known)
     if not plan:
         return
     try:
@@ -210,20 +237,25 @@ def _boundary_values(
     program: object, feeds: dict[int, object], device: mx.Device
 ) -> dict[int, mx.array]:
     """MLX arrays for inputs, params and constants. Bound params (unless the caller
-    passed others) and constants are converted once per program and device and reused:
-    they never change between runs, and converting 100 MB of weights per call would cost
-    time and double peak memory. mx.array feeds are used as they are."""
+    passed others: `feeds` holds a param only then, `bind_feeds(bound=False)`) and
+    constants are converted once per program and device and reused: they never change
+    between runs, and converting 100 MB of weights per call would cost time and double
+    peak memory; gathered once, they cost one dict copy per call. mx.array feeds are
+    used as they are."""
     cache = _resident(program, device)
     constants, bound = _boundary_nodes(program)
     kept = _cache(program)
+    shared = shared_of(program)
     key = f"constant-values-{device}"  # the same arrays as `cache` holds, gathered once
     if key not in kept:
         for node in constants:
             if node.id not in cache:
                 cache[node.id] = to_mx(constant_value(node))
-        kept[key] = {node.id: cache[node.id] for node in constants}
+        for node_id, value in bound.items():
+            if node_id not in cache:
+                cache[node_id] = _converted(shared, value, device)
+        kept[key] = {i: cache[i] for i in (*(n.id for n in constants), *bound)}
     values = dict(kept[key])
-    shared = shared_of(program)
     for node_id in list(feeds):
         # consumed: a state's array must have no other reference left, so that MLX can
         # donate its buffer to the state's in-place update
@@ -363,8 +395,11 @@ def _segmented(program: object, device: mx.Device) -> tuple[tuple, tuple]:
     return cache[key]
 
 
-def _execute(program: object, mode: str, values: dict[int, mx.array], device: mx.Device):
-    """(outputs, evaluations launched) of one run in `mode`; `values` is consumed."""
+def _execute(
+    program: object, mode: str, values: dict[int, mx.array], device: mx.Device, wait: bool = True
+):
+    """(outputs, evaluations launched) of one run in `mode`; `values` is consumed.
+    `wait` False: the outputs of mode "auto" may still be computing (`run_segments`)."""
     graph = program.graph
     if mode == "eager":
         last_use = program.plan.liveness.last_use
@@ -374,7 +409,7 @@ def _execute(program: object, mode: str, values: dict[int, mx.array], device: mx
         return run_compiled(program, values, device), 1
     segments, traces = _segmented(program, device)
     last_use = program.plan.liveness.last_use
-    results = run_segments(graph, segments, traces, values, last_use)
+    results = run_segments(graph, segments, traces, values, last_use, wait=wait)
     return results, sum(t is not None for t in traces)
 
 
@@ -387,6 +422,8 @@ def run_mlx(
     device: str | None = None,
     stats: bool = False,
     state: object | None = None,
+    known: Mapping[str, tuple[int, int]] | None = None,
+    wait: bool = True,
 ) -> list:
     """The program's outputs computed with MLX, in the graph's output order: mx.arrays
     (evaluated, on the device) when any feed is an mx.array, else NumPy arrays.
@@ -400,20 +437,29 @@ def run_mlx(
     `mode` is one of MODES; `device` None uses MLX's default (Metal GPU on Apple
     silicon, CPU on Linux), or "cpu" / "gpu". `stats` records this run's `RunStats`
     for `last_run(program)`. RunError on bad feeds (naming the input or param, mx.array
-    feeds included) or arguments, or where an op's precondition breaks (guards.py)."""
+    feeds included) or arguments, or where an op's precondition breaks (guards.py).
+
+    Pipelining (what `generate`'s greedy decode loop uses; not `Program.run` options):
+    `known` (input name -> (low, high)) is the caller's guarantee that every element of
+    that input lies in [low, high), e.g. a token fed as the lazy mx.argmax of a logits
+    row of width high: a host check that range implies is proven once instead of reading
+    the input (which would wait for the device); every other check reads it as before.
+    With `wait` False, mode "auto" and no guard left to the device, the outputs (mx.arrays
+    fed mx.arrays) are returned while their last segment may still be computing, so the
+    caller can queue the next call behind it. Such a call is committed to `state` at once;
+    MLX failing later inside it (out of memory) surfaces when its arrays are read, not
+    as this call's error (the trade-off of any pipelined loop, mlx-lm's included)."""
     if mode not in MODES:
         raise RunError(f"unknown MLX mode {mode!r}; choose one of {', '.join(MODES)}")
     graph = program.graph
     target = _device(device)
     cache = _cache(program)
-    if "feed-nodes" not in cache:
-        cache["feed-nodes"] = feed_nodes(graph)
-    feeds = bind_feeds(graph, inputs, params, native_dtype, cache["feed-nodes"])
+    feeds = bind_feeds(graph, inputs, params, native_dtype, _feed_nodes(program), bound=False)
     # bound params are NumPy (Graph keeps them so): only the caller's arrays can be mx
     native = any(isinstance(v, mx.array) for v in inputs.values()) or any(
         isinstance(v, mx.array) for v in (params or {}).values()
     )
-    _check_on_host(program, feeds, target, state)
+    _check_on_host(program, feeds, target, state, known)
     if "states" not in cache:
         cache["states"] = tuple(graph.states)
         cache["updates"] = {k: name for name, k in graph.state_positions.items()}
@@ -426,7 +472,7 @@ def run_mlx(
         previous = mx.set_cache_limit(bound)
         mx.set_cache_limit(min(bound, previous))
     try:
-        return _run(program, mode, target, feeds, native, stats, state)
+        return _run(program, mode, target, feeds, native, stats, state, wait)
     except BaseException as err:
         if not handed:
             raise
@@ -475,6 +521,7 @@ def _run(
     native: bool,
     stats: bool,
     state: object | None,
+    wait: bool = True,
 ) -> list:
     graph = program.graph
     updates = _cache(program)["updates"]  # output position -> state name (run_mlx)
@@ -486,9 +533,8 @@ def _run(
             mx.reset_peak_memory()
             baseline = mx.get_active_memory()
             began = time.perf_counter()
-        results, evaluations = _execute(
-            program, mode, _boundary_values(program, feeds, target), target
-        )
+        values = _boundary_values(program, feeds, target)
+        results, evaluations = _execute(program, mode, values, target, wait or stats)
         outputs = [r if native or k in updates else to_numpy(r) for k, r in enumerate(results)]
         if stats:
             seconds = time.perf_counter() - began

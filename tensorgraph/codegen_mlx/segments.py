@@ -278,10 +278,14 @@ def run_segments(
     traces: Sequence[Trace | None],
     values: dict[int, mx.array],
     last_use: Mapping[int, int],
+    *,
+    wait: bool = True,
 ) -> list[mx.array]:
     """The graph's outputs, evaluated segment by segment (module docstring). `values`
     holds every boundary node's array and is consumed: the executor's slots. RunError
-    from the first guarded node, in schedule order, whose inputs broke its guard."""
+    from the first guarded node, in schedule order, whose inputs broke its guard.
+    `wait` False with no guarded node: the outputs are returned once the last segment
+    is dispatched (mx.async_eval), not finished, so a caller can queue work behind it."""
     outputs = set(graph.outputs)
     slots = values
     for unused in [i for i in slots if last_use[i] == -1 and i not in outputs]:
@@ -305,6 +309,8 @@ def run_segments(
         verdicts.extend(results[count:])
         pending = results
     result = [slots[o] for o in graph.outputs]
+    if not wait and not verdicts:
+        return result  # each output is a dispatched segment's, or a boundary value as given
     mx.eval(result, verdicts)
     guarded = [i for segment in segments for i in segment.guarded]
     for node_id, outcome in zip(guarded, verdicts, strict=True):

@@ -61,6 +61,7 @@ import numpy as np
 from attrs import frozen
 
 import tensorgraph as tg
+from tensorgraph.compiler import check_run_arguments
 from tensorgraph.errors import GraphError, RunError
 from tensorgraph.ir import fused
 from tensorgraph.ir.builder import Tensor
@@ -625,6 +626,9 @@ def generate(
     `tensorgraph.models.sampling`: its draws restart at its seed on every call, so a seed
     gives the same tokens on every backend that computes the same logits), and handed to
     `on_token` as a (batch,) int32 array as soon as it is picked, before the next step.
+    Greedy decoding on MLX is pipelined (`decode_pipeline.decode_greedy`: the argmax on
+    the device, step t + 1 queued before token t is read): the same tokens, each handed
+    to `on_token` once the next step is queued.
 
     With `prompt_cache` (from `cache_prompt` or `load_prompt_cache`, made by a program of
     the same identity), the prompt must start with the cache's prompt: the cached states
@@ -685,13 +689,48 @@ def generate(
     pick(0, logits)
     prefill_seconds = time.perf_counter() - began
     began = time.perf_counter()
-    for step in range(1, tokens):
-        position = length + step - 1
-        pick(step, call(layout.decode_entry(position), out[:, step - 1 : step], position))
+    positions = range(length, length + tokens - 1)
+    if _pipelines(program, backend, sampler, backend_options):
+        from tensorgraph.models.decode_pipeline import decode_greedy
+
+        def roles(entry: str) -> list:
+            if entry not in entry_roles:
+                entry_roles[entry] = _roles(program.entries[entry].graph)
+            return entry_roles[entry]
+
+        def emit(step: int, token: np.ndarray) -> None:
+            out[:, step] = token
+            if on_token is not None:
+                on_token(token.copy())
+
+        decode_greedy(
+            program, layout.decode_entry, roles, out[:, 0], positions, layout.vocab, state,
+            backend_options, emit,
+        )  # fmt: skip
+    else:
+        for step, position in enumerate(positions, start=1):
+            pick(step, call(layout.decode_entry(position), out[:, step - 1 : step], position))
     decode_seconds = time.perf_counter() - began
     return GenerationResult(
         out, length, bucket, prefill_seconds, decode_seconds, generation_memory(program), state
     )
+
+
+def _pipelines(
+    program: object, backend: str, sampler: Sampler, options: Mapping[str, object]
+) -> bool:
+    """Whether `generate` decodes through `decode_pipeline.decode_greedy`: greedy picks
+    on MLX (the argmax stays on the device) with static decode entries, their run
+    `options` valid (checked here, as `Program.run` checks them, since the pipelined
+    steps call the entries directly). Sampling draws on the host (sampling.py: the same
+    draws on every backend), so it keeps the synchronous loop."""
+    if backend != "mlx" or not sampler.is_greedy:
+        return False
+    decodes = [e for name, e in program.entries.items() if name.startswith("decode")]
+    if any(e.graph.dims for e in decodes):
+        return False
+    check_run_arguments(decodes[0].graph, {}, None, backend, options)
+    return not options.get("stats")  # a run measured alone waits for its outputs anyway
 
 
 def _check_prompt_cache(program: object, cache: PromptCache, ids: np.ndarray) -> None:

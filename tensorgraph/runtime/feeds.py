@@ -136,6 +136,7 @@ def bind_feeds(
     params: Mapping[str, object] | None = None,
     native: NativeDType | None = None,
     nodes: FeedNodes | None = None,
+    bound: bool = True,
 ) -> dict[int, object]:
     """node id -> checked array for every input and param node of `graph`.
 
@@ -143,7 +144,9 @@ def bind_feeds(
     graph's bound values (`graph.param_values`). A caller's ndarray is returned as is
     (no copy): executors must not write into feeds. With `native`, a backend-native
     array is returned as is too (see the module docstring); every other value is an
-    ndarray. `nodes`: `feed_nodes(graph)`, when the caller keeps it. RunError, naming
+    ndarray. `nodes`: `feed_nodes(graph)`, when the caller keeps it. With `bound` False,
+    a bound param not in `params` is left out (an executor that keeps its own converted
+    copy of the bound values, and need not look them up per call). RunError, naming
     the input or param:
     an unknown name in `inputs` or `params`, a missing input, a param neither bound nor
     given, a shape or dtype other than the declared one (see module docstring)."""
@@ -167,7 +170,8 @@ def bind_feeds(
         if name in params:
             values[node.id] = _checked("param", node, params[name], native)
         elif name in graph.param_values:
-            values[node.id] = graph.param_values[name]
+            if bound:
+                values[node.id] = graph.param_values[name]
         else:
             raise RunError(
                 f"graph {graph.name!r}: param {name!r} is neither bound nor given "

@@ -39,6 +39,7 @@ from tensorgraph.errors import RunError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.ops import OPS
+from tensorgraph.runtime.check_tables import scalar_table
 from tensorgraph.runtime.kernels import (
     KERNELS,
     constant_value,
@@ -321,6 +322,22 @@ def check_indices(
     HostCheckPlan(checks)(feeds, state)
 
 
+def implied(check: HostCheck, known: Mapping[int, tuple[int, int]]) -> bool:
+    """Whether `check` passes for every feed its caller vouches for: its index is an input
+    itself (the cone is that one node) whose elements `known` (input node id -> (low,
+    high)) puts in [low, high), an interval inside the range `check` accepts. A decode
+    step fed the argmax of a vocab-wide logits row as its token: [0, vocab) needs no
+    reading of the token when the embedding has >= vocab rows."""
+    if len(check.cone) != 1 or check.cone[0].id not in known:
+        return False
+    low, high = known[check.cone[0].id]
+    if low >= high:
+        return False  # no element at all: nothing to vouch for, keep the check
+    if check.kind == "start":
+        return low >= 0 and high - 1 <= check.size - check.rows
+    return low >= (-check.size if check.kind == "signed" else 0) and high <= check.size
+
+
 class HostCheckPlan:
     """`check_indices` for fixed `checks`, planned once: each distinct rule with the
     cone nodes it evaluates first (none an earlier rule evaluated), the constants read
@@ -328,19 +345,30 @@ class HostCheckPlan:
     State raises exactly what `check_indices` raises, in the same order (rules in graph
     order, each cone's ops before its test), and writes nothing anywhere.
 
+    A rule over one scalar integer input (a decode position) is first looked up in its
+    `check_tables.scalar_table`, evaluated once by the same kernels: a passing value
+    costs one lookup, any other runs the rule.
+
+    `known` (input node id -> (low, high)): inputs whose every element the caller
+    guarantees in [low, high). A rule `implied` by them is proven here, once, and not
+    evaluated per call (so an input that is a lazy device array need not be read); every
+    other rule is evaluated as before, from the actual feeds.
+
     An op is computed as `kernels.evaluate` computes it (its kernel under NumPy's
     errstate, entered once per rule, the result's shape checked, cast to the node's
     dtype) but without evaluate's fresh copy: the values are only read here, never handed out. An op
     without a NumPy kernel keeps `evaluate` itself, which raises its RunError when the
     check is run, as before."""
 
-    def __init__(self, checks: Sequence[HostCheck]) -> None:
+    def __init__(
+        self, checks: Sequence[HostCheck], known: Mapping[int, tuple[int, int]] | None = None
+    ) -> None:
         self.constants: dict[int, np.ndarray] = {}
-        self.rules: list[tuple[tuple[tuple[Node, object], ...], HostCheck]] = []
+        self.rules: list[tuple[tuple[tuple[Node, object], ...], HostCheck, object]] = []
         planned: set[int] = set()
         done: set[tuple[int, str, int, int]] = set()
         for check in checks:
-            if check.rule in done:
+            if check.rule in done or (known and implied(check, known)):
                 continue
             done.add(check.rule)
             steps = []
@@ -352,14 +380,29 @@ class HostCheckPlan:
                     self.constants[node.id] = constant_value(node)
                 else:
                     steps.append((node, _host_step(node)))
-            self.rules.append((tuple(steps), check))
+            self.rules.append((tuple(steps), check, scalar_table(check)))
+        # a rule may be skipped on its table only if no later rule reads what its steps
+        # compute (each cone node is computed once, by the first rule that needs it);
+        # a skipped rule still reads its inputs (`__call__`), so sharing those is fine
+        later: set[int] = set()
+        for k in range(len(self.rules) - 1, -1, -1):
+            steps, check, table = self.rules[k]
+            computed = (node.id for node, step in steps if step != "input")
+            if table is not None and any(i in later for i in computed):
+                self.rules[k] = (steps, check, None)
+            later.update(node.id for node in check.cone)
 
     def __bool__(self) -> bool:
         return bool(self.rules)
 
     def __call__(self, feeds: Mapping[int, object], state: State | None = None) -> None:
         values = dict(self.constants)
-        for steps, check in self.rules:
+        for steps, check, table in self.rules:
+            if table is not None and table.passes(feeds):
+                for node, step in steps:  # a scalar position passing in its table's window
+                    if step == "input":
+                        values[node.id] = np.asarray(feeds[node.id])
+                continue
             # one errstate per rule, not per op (as evaluate: IEEE inf/nan, NumPy's casts)
             with np.errstate(all="ignore"):
                 for node, step in steps:
@@ -406,6 +449,10 @@ def _test(check: HostCheck, index: np.ndarray) -> None:
             raise RunError(slice_start_message(node, start, check.rows, size))
         return
     low = -size if check.kind == "signed" else 0
+    if index.size == 1:  # a decode step's one token or position: a scalar compare
+        value = int(index.reshape(-1)[0])
+        if low <= value < size:
+            return
     bad = (index < low) | (index >= size)
     if bad.any():
         raise RunError(
