@@ -75,8 +75,9 @@ def tg_contender(model: str, mode: str = "auto"):
     return step, sizes
 
 
-def hand_contender(model: str):
-    """step() -> loss float of the hand-written MLX model (mx.compile'd step)."""
+def hand_setup(model: str) -> tuple[nn.Module, mx.array, mx.array, optim.Optimizer]:
+    """The hand-written MLX model on the zoo's weights, its batch (images NHWC, or
+    tokens; targets) as mx.arrays, and its initialised AdamW."""
     task = training_task(model, CONFIGS[model], 0)
     weights = dict(task.graph.param_values)
     c = CONFIGS[model]
@@ -86,9 +87,14 @@ def hand_contender(model: str):
         module = hand.GPT2(weights, c["heads"], c["layers"])
     batch = task.batches(0)
     x = batch["image"].transpose(0, 2, 3, 1) if model == "resnet18" else batch["tokens"]
-    x, y = mx.array(np.ascontiguousarray(x)), mx.array(batch["target"])
     optimizer = optim.AdamW(learning_rate=LEARNING_RATE)
     optimizer.init(module.trainable_parameters())
+    return module, mx.array(np.ascontiguousarray(x)), mx.array(batch["target"]), optimizer
+
+
+def hand_contender(model: str):
+    """step() -> loss float of the hand-written MLX model (mx.compile'd step)."""
+    module, x, y, optimizer = hand_setup(model)
     loss_and_grad = nn.value_and_grad(module, hand.loss)
     held = [module.state, optimizer.state]
     mx.eval(held, x, y)

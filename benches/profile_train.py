@@ -25,7 +25,6 @@ from tensorgraph.codegen_mlx import blas_info  # noqa: F401  first: OpenBLAS bef
 # isort: split
 import mlx.core as mx
 import mlx.nn as nn
-import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten
 
@@ -51,19 +50,8 @@ def primitives(arrays: list[mx.array]) -> collections.Counter:
 
 def hand_step_graph(model: str) -> list[mx.array]:
     """The loss, updated weights and moments of one hand-written step, unevaluated."""
-    task = training_task(model, bench.CONFIGS[model], 0)
-    c, weights = bench.CONFIGS[model], dict(task.graph.param_values)
-    if model == "resnet18":
-        module = hand.ResNet18(weights, c["width"])
-    else:
-        module = hand.GPT2(weights, c["heads"], c["layers"])
-    batch = task.batches(0)
-    x = batch["image"].transpose(0, 2, 3, 1) if model == "resnet18" else batch["tokens"]
-    optimizer = optim.AdamW(learning_rate=bench.LEARNING_RATE)
-    optimizer.init(module.trainable_parameters())
-    loss, grads = nn.value_and_grad(module, hand.loss)(
-        module, mx.array(np.ascontiguousarray(x)), mx.array(batch["target"])
-    )
+    module, x, y, optimizer = bench.hand_setup(model)
+    loss, grads = nn.value_and_grad(module, hand.loss)(module, x, y)
     optimizer.update(module, grads)
     updated = tree_flatten(module.parameters()) + tree_flatten(optimizer.state)
     return [loss] + [v for _, v in updated]
