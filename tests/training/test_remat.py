@@ -118,10 +118,20 @@ def deep_mlp() -> tg.Graph:
     return with_loss(mlp(batch=256, features=32, hidden=64, layers=4, classes=5).graph)
 
 
-def test_the_mlp_recomputes_no_more_than_checkpoint_every_layer_at_its_arena():
+def deep_mlp_programs() -> tuple[tg.Graph, tg.Program, tg.Program]:
+    """The deep MLP's gradient graph, its keep-everything program and its
+    checkpoint-every-layer program: the two ends every budget test measures against."""
     grads = tg.value_and_grad(deep_mlp())
-    keep = tg.compile(grads)
-    layers = compile_checkpointed(grads)
+    return grads, tg.compile(grads), compile_checkpointed(grads)
+
+
+def halfway(keep: tg.Program, layers: tg.Program) -> int:
+    """The budget halfway between keeping everything and checkpointing every layer."""
+    return (keep.plan.arena_size + layers.plan.arena_size) // 2
+
+
+def test_the_mlp_recomputes_no_more_than_checkpoint_every_layer_at_its_arena():
+    grads, keep, layers = deep_mlp_programs()
     assert layers.plan.arena_size < keep.plan.arena_size  # checkpointing saves memory here
     assert layers.remat.recompute_flops > 0
     prog = tg.compile(grads, memory_budget=layers.plan.arena_size)
@@ -132,10 +142,8 @@ def test_the_mlp_recomputes_no_more_than_checkpoint_every_layer_at_its_arena():
 
 
 def test_the_integer_program_certifies_a_cheaper_point_than_checkpointing_every_layer():
-    grads = tg.value_and_grad(deep_mlp())
-    keep = tg.compile(grads)
-    layers = compile_checkpointed(grads)
-    budget = (keep.plan.arena_size + layers.plan.arena_size) // 2
+    grads, keep, layers = deep_mlp_programs()
+    budget = halfway(keep, layers)
     prog = tg.compile(grads, memory_budget=budget)
     assert prog.remat.method == "milp" and prog.remat.gap == 0.0
     assert 0 < prog.remat.recompute_flops < layers.remat.recompute_flops
@@ -214,10 +222,10 @@ def test_the_cnn_recomputes_no_more_than_checkpoint_every_layer_at_its_arena():
     # above MAX_VARIABLES, solved once at the answer's model budget), halfway between
     # keeping everything and checkpointing (at checkpointing's own arena the answer here
     # is checkpointing itself, a fallback, which no program certifies).
-    budget = (keep.plan.arena_size + layers.plan.arena_size) // 2
-    halfway = tg.compile(grads, memory_budget=budget)
-    assert halfway.remat.method in ("milp", "milp-single") and halfway.remat.full_gap == 0.0
-    check_program(halfway, budget, keep.run(*feeds, backend="numpy"), feeds)
+    budget = halfway(keep, layers)
+    middle = tg.compile(grads, memory_budget=budget)
+    assert middle.remat.method in ("milp", "milp-single") and middle.remat.full_gap == 0.0
+    check_program(middle, budget, keep.run(*feeds, backend="numpy"), feeds)
 
 
 def test_a_graph_with_nothing_to_recompute_gets_no_integer_program():

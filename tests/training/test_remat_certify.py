@@ -18,9 +18,14 @@ import tensorgraph as tg
 from tensorgraph.planner import remat_milp
 from tensorgraph.planner.remat_milp import Certificate, certify, solve_milp
 from tensorgraph.planner.remat_single import solve_single_copy
-from tensorgraph.remat import compile_checkpointed
 from tests.training.remat_strategies import layered_networks
-from tests.training.test_remat import check_program, compile_or_smallest, deep_mlp, feeds_for
+from tests.training.test_remat import (
+    check_program,
+    compile_or_smallest,
+    deep_mlp_programs,
+    feeds_for,
+    halfway,
+)
 from tests.training.test_remat_multi import gradient_model
 
 UNLIMITED = 10**9
@@ -68,10 +73,8 @@ def test_the_root_work_options_change_no_optimum(graph, fraction):
 
 
 def test_certifying_once_reaches_the_optimum_of_solving_at_every_trial(monkeypatch):
-    grads = tg.value_and_grad(deep_mlp())
-    keep = tg.compile(grads)
-    layers = compile_checkpointed(grads)
-    budget = (keep.plan.arena_size + layers.plan.arena_size) // 2
+    grads, keep, layers = deep_mlp_programs()
+    budget = halfway(keep, layers)
     every_trial = tg.compile(grads, memory_budget=budget)
     assert every_trial.remat.method == "milp" and every_trial.remat.full_gap == 0.0
     monkeypatch.setattr(remat_milp, "MAX_VARIABLES", 0)  # the full program only at the end
@@ -84,12 +87,10 @@ def test_certifying_once_reaches_the_optimum_of_solving_at_every_trial(monkeypat
 
 
 def test_without_any_full_program_no_full_gap_is_claimed(monkeypatch):
-    grads = tg.value_and_grad(deep_mlp())
-    keep = tg.compile(grads)
-    layers = compile_checkpointed(grads)
+    grads, keep, layers = deep_mlp_programs()
     monkeypatch.setattr(remat_milp, "MAX_VARIABLES", 0)
     monkeypatch.setattr(remat_milp, "CERTIFY_MAX_VARIABLES", 0)
-    prog = tg.compile(grads, memory_budget=(keep.plan.arena_size + layers.plan.arena_size) // 2)
+    prog = tg.compile(grads, memory_budget=halfway(keep, layers))
     assert prog.remat.method != "milp" and prog.remat.full_gap is None
 
 

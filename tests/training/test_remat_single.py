@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 import tensorgraph as tg
 from tensorgraph.planner import remat_milp
 from tensorgraph.planner.remat_single import solve_single_copy
-from tensorgraph.remat import RematReport, choose, compile_checkpointed
+from tensorgraph.remat import RematReport, choose
 from tests.training.remat_strategies import layered_networks
-from tests.training.test_remat import check_program, deep_mlp, feeds_for
+from tests.training.test_remat import check_program, deep_mlp_programs, feeds_for, halfway
 from tests.training.test_remat_multi import gradient_model
 
 
@@ -70,10 +70,8 @@ def no_full_program(monkeypatch):
 
 
 def test_without_the_full_program_the_single_copy_program_certifies_the_mlp(no_full_program):
-    grads = tg.value_and_grad(deep_mlp())
-    keep = tg.compile(grads)
-    layers = compile_checkpointed(grads)
-    budget = (keep.plan.arena_size + layers.plan.arena_size) // 2
+    grads, keep, layers = deep_mlp_programs()
+    budget = halfway(keep, layers)
     prog = tg.compile(grads, memory_budget=budget)
     assert prog.remat.method == "milp-single" and prog.remat.gap == 0.0
     assert prog.remat.copies == len(prog.remat.recomputed)  # one copy per value
