@@ -23,6 +23,17 @@ Invariants:
   before on every step.
 - Streaming: `on_token` gets token t once step t + 1 is queued (not before), still in
   order and before step t + 2 is queued.
+- Decoding rules (generate_seq2seq's DecodingRules, or any `rule(step)` of the same
+  form, `Rule`) stay exact: a step whose token is forced is known on the host without
+  reading anything (the first allowed id, 0 when the rule allows none, as np.argmax
+  of an all -inf row gives); on any other step the banned ids are set to -inf on the
+  device before the argmax (`mx.where`, not an additive mask: a banned NaN must become
+  -inf, as the host's assignment makes it, and an allowed NaN stay NaN), which picks
+  what np.argmax of the host-processed float64 row picks (ordering is kept by the
+  exact widening of float16/bfloat16 to float64).
+- No step runs past the last token: the loop makes exactly the tokens asked for (there
+  is no early stop to find one step late), so the state after it is the synchronous
+  loop's.
 """
 
 from __future__ import annotations
@@ -35,6 +46,11 @@ import numpy as np
 from tensorgraph.calls import call
 from tensorgraph.codegen_mlx.arrays import MX_DTYPES
 
+# One decode step's rule: (keep, forced). `keep` (vocab,) bool: the ids that may be
+# picked (None: every id); `forced`: the logits are replaced by zeros first, so the pick
+# is the first kept id whatever the logits (0 when none is kept).
+Rule = tuple[np.ndarray | None, bool]
+
 
 def decode_greedy(
     program: object,
@@ -46,16 +62,20 @@ def decode_greedy(
     state: object,
     options: Mapping[str, object],
     emit: Callable[[int, np.ndarray], None],
+    rule: Callable[[int], Rule] | None = None,
 ) -> None:
     """Greedy decode steps at `positions` on MLX, pipelined (module docstring): step k
     runs entry `decode_entry(position)` of `program` (a MultiProgram; `roles(entry)`:
     its (input name, role, NumPy dtype) triples) on `state`, fed the previous step's
     token (the first: `first`, (batch,) int32 on the host) and its position, and
     `emit(k + 1, token)` hands its token ((batch,) int32) to the caller, in order.
-    `options`: the MLX backend's run options, already checked by the caller."""
+    `options`: the MLX backend's run options, already checked by the caller. `rule(k)`
+    (default: none) constrains token k's pick (`Rule`, see `pick_greedy`)."""
+    batch = first.shape[0]
     token = mx.array(first.astype(np.int32))
     pending: tuple[int, mx.array] | None = None
     plans: dict[str, tuple] = {}  # entry -> (its Program, feed plan, run options)
+    masks: dict[int, tuple] = {}  # id(keep) -> (keep, its device copy)
     for step, position in enumerate(positions, start=1):
         entry = decode_entry(position)
         if entry not in plans:
@@ -66,13 +86,33 @@ def decode_greedy(
             for name, ids, dtype, mx_dtype in fed
         }
         (logits,) = call(entry_program, feeds, None, "mlx", state, run)
-        token = mx.argmax(logits.reshape(first.shape[0], -1), axis=-1)
+        token = pick_greedy(
+            logits.reshape(batch, -1), (None, False) if rule is None else rule(step), masks
+        )
         mx.async_eval(token)
         if pending is not None:
             emit(*_read(pending))
         pending = (step, token)
     if pending is not None:
         emit(*_read(pending))
+
+
+def pick_greedy(rows: mx.array, rule: Rule, masks: dict[int, tuple] | None = None) -> mx.array:
+    """The greedy pick of each row of `rows` (batch, vocab) under `rule` ((batch,)
+    uint32, lazy): what `Sampler().sample` picks from the host-processed float64 rows
+    (module docstring). A forced rule's pick is made on the host (nothing read from the
+    device); `masks` caches each keep array's device copy across steps (by identity:
+    a rule that returns the same array each step uploads it once)."""
+    keep, forced = rule
+    if forced:
+        allowed = np.flatnonzero(keep)
+        return mx.full((rows.shape[0],), int(allowed[0]) if allowed.size else 0, mx.uint32)
+    if keep is not None:
+        masks = {} if masks is None else masks
+        if id(keep) not in masks:  # the entry holds `keep`, so its id is not reused
+            masks[id(keep)] = (keep, mx.array(keep))
+        rows = mx.where(masks[id(keep)][1], rows, float("-inf"))  # weak scalar: rows' dtype
+    return mx.argmax(rows, axis=-1)
 
 
 def _plan(entry: object, roles: list, vocab: int, options: Mapping[str, object]) -> tuple:

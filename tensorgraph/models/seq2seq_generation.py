@@ -18,6 +18,16 @@ logits processors that such a call applies are the ones DecodingRules mirrors, a
 other setting it would apply is refused when the rules are made (GraphError), never
 silently skipped.
 
+Greedy decoding on MLX is pipelined after the first new token (decode_pipeline.py, as
+`generate` does): each step's pick is the device's argmax of its logits under the
+step's rules (`DecodingRules.mask`: banned ids set to -inf on the device, a forced id
+known on the host), fed lazily to the next step, which is queued before the token is
+read; the same tokens as the synchronous loop (which a drawing sampler, another backend
+or `stats=True` keeps), each handed to `on_token` once the next step is queued. The
+first new token is picked on the host from the decoder prompt's logits (one read per
+source). There is no early stop (EOS is banned until a forced EOS ends the run), so no
+step is queued past the last token and the state is the synchronous loop's.
+
 Every check on the source, the lengths and the sampler happens before the first call,
 so bad input (RunError) leaves the state as it was.
 """
@@ -31,7 +41,13 @@ import numpy as np
 from attrs import field, frozen
 
 from tensorgraph.errors import GraphError, RunError
-from tensorgraph.models.generation import DecodeRate, GenerationMemory, generation_memory
+from tensorgraph.models.generation import (
+    DecodeRate,
+    GenerationMemory,
+    _pipelines,
+    _roles,
+    generation_memory,
+)
 from tensorgraph.models.sampling import Sampler
 
 __all__ = [
@@ -81,30 +97,61 @@ class DecodingRules:
         forced BOS takes the first after a one-token start (transformers' rule)."""
         return 1 if self.forced_bos is not None and len(self.start) == 1 else 0
 
-    def apply(self, logits: np.ndarray, step: int, count: int) -> np.ndarray:
-        """`logits` (batch, vocab) of new token `step` of `count`, processed (a float64
-        copy; -inf marks a token that cannot be picked)."""
-        out = np.array(logits, np.float64)
-        vocab = out.shape[-1]
+    def mask(self, step: int, count: int, vocab: int) -> tuple[np.ndarray | None, bool]:
+        """What the rules do to new token `step` of `count` over `vocab` ids, as
+        (keep, forced) (decode_pipeline.Rule): `keep` the ids that may be picked (None:
+        every id), `forced` whether a forced id replaced the logits (then `keep` holds
+        at most that id: a later ban can still take it)."""
+        keep = np.ones(vocab, bool)
 
         def ban(ids: Sequence[int]) -> None:
-            out[:, [i for i in ids if 0 <= i < vocab]] = -np.inf
-
-        def force(token: int | None) -> None:
-            if token is not None and 0 <= token < vocab:
-                out[:] = -np.inf
-                out[:, token] = 0.0
+            keep[[i for i in ids if 0 <= i < vocab]] = False
 
         ban([i for i in self.bad if i not in self.eos])
         ban(self.eos)  # min_new_tokens = count: no EOS unless forced
+        forced = None
         if step == 0 and len(self.start) == 1:
-            force(self.forced_bos)
+            forced = self.forced_bos if _in_range(self.forced_bos, vocab) else forced
         if step == count - 1:
-            force(self.forced_eos)
+            forced = self.forced_eos if _in_range(self.forced_eos, vocab) else forced
+        if forced is not None:  # forcing bans every other id, whatever was banned before
+            keep[:] = False
+            keep[forced] = True
         ban(self.suppress)
         if step == self.begin_index:
             ban(self.begin_suppress)
+        return (None if forced is None and keep.all() else keep), forced is not None
+
+    def masks(self, count: int, vocab: int) -> Callable[[int], tuple[np.ndarray | None, bool]]:
+        """`mask(step, count, vocab)` as a function of the step, each distinct rule made
+        once (and then the same arrays): the rules differ only at the first and last
+        new tokens and at begin_index, so every other step shares one."""
+        made: dict[int, tuple[np.ndarray | None, bool]] = {}
+        special = {0, self.begin_index, count - 1}
+
+        def rule(step: int) -> tuple[np.ndarray | None, bool]:
+            key = step if step in special else -1
+            if key not in made:
+                made[key] = self.mask(step, count, vocab)
+            return made[key]
+
+        return rule
+
+    def apply(self, logits: np.ndarray, step: int, count: int) -> np.ndarray:
+        """`logits` (batch, vocab) of new token `step` of `count`, processed (a float64
+        copy; -inf marks a token that cannot be picked; a forced id's logit is 0)."""
+        out = np.array(logits, np.float64)
+        keep, forced = self.mask(step, count, out.shape[-1])
+        if forced:
+            out[:] = 0.0
+        if keep is not None:
+            out[:, ~keep] = -np.inf
         return out
+
+
+def _in_range(token: int | None, vocab: int) -> bool:
+    """Whether a forced id names a token (transformers' force ignores one past vocab)."""
+    return token is not None and 0 <= token < vocab
 
 
 # Generation-config fields whose non-default value changes a greedy generate in a way
@@ -289,10 +336,11 @@ def generate_seq2seq(
     `audio_features`), for a text program its token ids ((n,) or (batch, n), n at most the
     encode entry's source_len). `state` (default: a fresh `program.new_state(backend)`)
     holds the caches; each encode overwrites what a source leaves in it, so one state
-    serves any number of sources. Each token is handed to `on_token` ((batch,) int32)
-    as soon as it is picked. RunError, before any call: a source of the wrong shape,
-    dtype or length, tokens < 1, or len(rules.start) + tokens past max_seq (the last
-    new token is never fed back, so it needs no cache row)."""
+    serves any number of sources. Each token is handed to `on_token` ((batch,) int32),
+    in order, as soon as it is picked (pipelined: once the next step is queued).
+    RunError, before any call: a source of the wrong shape, dtype or length, tokens <
+    1, or len(rules.start) + tokens past max_seq (the last new token is never fed back,
+    so it needs no cache row)."""
     layout = seq2seq_layout(program)
     feeds = _source_feeds(layout, source)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
@@ -328,9 +376,25 @@ def generate_seq2seq(
     pick(0, logits)
     encode_seconds = time.perf_counter() - began
     began = time.perf_counter()
-    for step in range(1, tokens):
-        position = np.array(start + step - 1, np.int64)
-        pick(step, run("decode", out[:, step - 1], {"position": position}))
+    if _pipelines(program, backend, sampler, backend_options):
+        from tensorgraph.models.decode_pipeline import decode_greedy
+
+        roles = _roles(program.entries["decode"].graph)
+
+        def emit(step: int, token: np.ndarray) -> None:
+            out[:, step] = token
+            if on_token is not None:
+                on_token(token.copy())
+
+        decode_greedy(
+            program, lambda position: "decode", lambda entry: roles, out[:, 0],
+            range(start, start + tokens - 1), layout.vocab, state, backend_options, emit,
+            rules.masks(tokens, layout.vocab),
+        )  # fmt: skip
+    else:
+        for step in range(1, tokens):
+            position = np.array(start + step - 1, np.int64)
+            pick(step, run("decode", out[:, step - 1], {"position": position}))
     decode_seconds = time.perf_counter() - began
     return Seq2SeqResult(out, encode_seconds, decode_seconds, generation_memory(program), state)
 

@@ -8,6 +8,7 @@ per module (strict export: a few seconds per entry)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import types
 
@@ -25,6 +26,7 @@ from tensorgraph.importers.seq2seq_generation import (  # noqa: E402
     decoder_layer_count,
     from_torch_seq2seq_generation,
 )
+from tensorgraph.models import decode_pipeline  # noqa: E402
 from tensorgraph.models.sampling import Sampler  # noqa: E402
 from tensorgraph.models.seq2seq_generation import (  # noqa: E402
     DecodingRules,
@@ -119,12 +121,16 @@ def source(name: str, seed: int) -> np.ndarray:
     return rng.integers(3, VOCAB - 3, SOURCE_LEN - 1 - seed % 4)
 
 
-def transformers_tokens(model: torch.nn.Module, src: np.ndarray) -> list[int]:
-    """The new tokens of transformers' greedy generate (Whisper's returns only those,
-    the others start with the decoder start token)."""
+def transformers_tokens(model: torch.nn.Module, src: np.ndarray, **options: object) -> list[int]:
+    """The new tokens of transformers' greedy generate, given `options` (Whisper's
+    returns only those, the others start with the decoder start token)."""
     with torch.no_grad():
         out = model.generate(
-            torch.tensor(src[None]), do_sample=False, max_new_tokens=TOKENS, min_new_tokens=TOKENS
+            torch.tensor(src[None]),
+            do_sample=False,
+            max_new_tokens=TOKENS,
+            min_new_tokens=TOKENS,
+            **options,
         )
     return out[0, -TOKENS:].tolist()
 
@@ -228,6 +234,61 @@ def test_sampling_is_reproducible_across_backends(imported) -> None:
         for b in ("numpy", "arena")
     ]
     np.testing.assert_array_equal(runs[0].tokens, runs[1].tokens)
+
+
+def test_pipelined_mlx_keeps_every_rule_the_stream_and_the_state(imported, monkeypatch) -> None:
+    """Greedy on MLX is pipelined (decode_pipeline.py); `stats=True` keeps the
+    synchronous loop. Rules made to bite on this source's unconstrained tokens (its
+    second token begin-suppressed after a forced BOS, its third suppressed, its fourth a
+    bad word, a forced EOS last): the pipelined tokens equal the synchronous MLX loop's,
+    numpy's and transformers' generate with the same generation config; the stream
+    gives them in order; the caches left equal the synchronous loop's."""
+    name, model, program = imported
+    src = source(name, 0)
+    start = decoding_rules(model.generation_config).start
+    free = generate_seq2seq(program, src, TOKENS, rules=DecodingRules(start), backend="numpy")
+    first, second, third, fourth = (int(t) for t in free.tokens[0, :4])
+    config = copy.deepcopy(model.generation_config)
+    config.forced_bos_token_id = (first + 1) % VOCAB
+    config.begin_suppress_tokens = [second]
+    config.suppress_tokens = [third]
+    config.bad_words_ids = [[fourth]]
+    last = int(free.tokens[0, -1])  # ids 0-3: pad, BOS, EOS, start (Whisper strips pads)
+    config.forced_eos_token_id = next(
+        t for t in range(4, VOCAB) if t not in (third, last, config.forced_bos_token_id)
+    )
+    rules = decoding_rules(config)
+    assert rules.begin_index == 1  # begin-suppression lands after the forced BOS
+    streamed: list[np.ndarray] = []
+    pipelined_calls = []
+    original = decode_pipeline.decode_greedy
+    monkeypatch.setattr(
+        decode_pipeline,
+        "decode_greedy",
+        lambda *args: pipelined_calls.append(1) or original(*args),
+    )
+    piped = generate_seq2seq(
+        program, src, TOKENS, rules=rules, backend="mlx", on_token=streamed.append
+    )
+    assert pipelined_calls == [1]  # the pipelined path ran (the others below do not)
+    synchronous = generate_seq2seq(program, src, TOKENS, rules=rules, backend="mlx", stats=True)
+    numpy = generate_seq2seq(program, src, TOKENS, rules=rules, backend="numpy")
+    np.testing.assert_array_equal(piped.tokens, synchronous.tokens)
+    np.testing.assert_array_equal(piped.tokens, numpy.tokens)
+    assert pipelined_calls == [1]
+    np.testing.assert_array_equal(np.concatenate(streamed)[None], piped.tokens)
+    got = piped.tokens[0].tolist()
+    assert got[0] == config.forced_bos_token_id and got[-1] == config.forced_eos_token_id
+    assert second != got[1] and third not in got and fourth not in got[:-1]
+    assert got != free.tokens[0].tolist()  # the rules changed the tokens: teeth
+    assert got == transformers_tokens(model, src, generation_config=config)
+    for state_name in piped.state.names:  # no step ran past the last token
+        np.testing.assert_allclose(
+            np.asarray(piped.state[state_name]),
+            np.asarray(synchronous.state[state_name]),
+            atol=1e-5,
+            err_msg=state_name,
+        )
 
 
 def test_suppressed_tokens_are_never_sampled() -> None:
@@ -352,8 +413,9 @@ BAD_SOURCE = {
 }
 
 
+@pytest.mark.parametrize("backend", ["numpy", "mlx"])  # mlx: the pipelined greedy path
 @pytest.mark.parametrize("bad", ["source", "tokens", "length"])
-def test_bad_input_is_refused_before_any_call(imported, bad) -> None:
+def test_bad_input_is_refused_before_any_call(imported, bad, backend) -> None:
     """A source the encode entry cannot take (half Whisper's frames; a text source past
     source_len), no new token, or more tokens than the cache holds: RunError, and the
     state is as it was (zeros)."""
@@ -367,9 +429,9 @@ def test_bad_input_is_refused_before_any_call(imported, bad) -> None:
     if bad == "source":
         src, message = BAD_SOURCE["whisper" if name == "whisper" else "text"]
     tokens = {"tokens": 0, "length": MAX_SEQ + 1}.get(bad, tokens)
-    state = program.new_state("numpy")
+    state = program.new_state(backend)
     with pytest.raises(RunError, match=message):
-        generate_seq2seq(program, src, tokens, rules=rules, backend="numpy", state=state)
+        generate_seq2seq(program, src, tokens, rules=rules, backend=backend, state=state)
     for state_name in state.names:
         assert not np.any(np.asarray(state[state_name])), state_name
 

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 import tensorgraph as tg
 from tensorgraph.errors import RunError
+from tensorgraph.models.decode_pipeline import pick_greedy
 from tensorgraph.models.generation import generate, llama_generation
 from tensorgraph.models.llama import LlamaConfig
 from tensorgraph.models.sampling import Sampler
+from tensorgraph.models.seq2seq_generation import DecodingRules
 from tensorgraph.runtime.state import HostCheckPlan, host_checks, implied
 
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -43,6 +45,43 @@ def test_device_argmax_is_the_greedy_pick(rows, vocab, levels, nans, dtype, seed
     got = np.array(mx.argmax(device, axis=-1), np.int32)
     want = Sampler().sample(typed, None)
     assert got.shape == want.shape == (rows,)
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=80)
+@given(
+    vocab=st.integers(1, 12),
+    count=st.integers(1, 4),
+    ids=st.lists(st.lists(st.integers(-1, 13), max_size=4), min_size=4, max_size=4),
+    forced=st.lists(st.none() | st.integers(-1, 13), min_size=2, max_size=2),
+    start=st.integers(1, 2),
+    nans=st.integers(0, 3),
+    dtype=st.sampled_from(sorted(DTYPES)),
+    data=st.data(),
+)
+def test_device_pick_under_decoding_rules_is_the_host_pick(
+    vocab, count, ids, forced, start, nans, dtype, data
+) -> None:
+    """Random rules (bans, forced BOS/EOS, ids past the vocabulary), any step, logits
+    with ties and NaNs: pick_greedy with the step's DecodingRules.mask picks what the
+    synchronous loop picks (Sampler().sample of rules.apply's float64 rows); the
+    per-step rules DecodingRules.masks memoises are each step's own mask."""
+    suppress, bad, begin, eos = ids
+    rules = DecodingRules((0,) * start, suppress, bad, begin, eos, *forced)
+    step = data.draw(st.integers(0, count - 1), label="step")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed"))
+    logits = rng.integers(-2, 3, (2, vocab)).astype(np.float32)
+    for _ in range(nans):
+        logits[rng.integers(2), rng.integers(vocab)] = np.nan
+    typed = logits.astype(DTYPES[dtype])
+    rule = rules.mask(step, count, vocab)
+    per_step = rules.masks(count, vocab)  # what generate_seq2seq hands the pipeline
+    for k in range(count):  # the memoised rule of every step is the step's own
+        (keep, forced), (want_keep, want_forced) = per_step(k), rules.mask(k, count, vocab)
+        assert forced == want_forced and (keep is None) == (want_keep is None)
+        np.testing.assert_array_equal(keep, want_keep)
+    got = np.array(pick_greedy(mx.array(logits).astype(getattr(mx, dtype)), rule), np.int32)
+    want = Sampler().sample(rules.apply(typed, step, count), None)
     np.testing.assert_array_equal(got, want)
 
 
