@@ -79,9 +79,9 @@ def run_tg(
     """(tokens, decode wall s, s inside MLX evaluation during decode) of one `generate`;
     `pipeline` False: its synchronous loop (what it runs for a sampler that draws)."""
     mark: list[float] = []
-    pipelines = getattr(generation, "_pipelines", None)
+    pipelines = getattr(generation, "pipelines_greedy", None)
     if not pipeline and pipelines is not None:
-        generation._pipelines = lambda *args: False
+        generation.pipelines_greedy = lambda *args: False
 
     def on_token(_token: np.ndarray) -> None:
         if not mark:  # token 0 comes from the prefill, before the decode loop starts
@@ -92,7 +92,7 @@ def run_tg(
         result = generate(program, prompt, TOKENS, backend="mlx", on_token=on_token)
     finally:
         if pipelines is not None:
-            generation._pipelines = pipelines
+            generation.pipelines_greedy = pipelines
     cpu = time.thread_time() - mark[1]
     return result.tokens, result.decode_seconds, WAITED[0] - mark[0], cpu
 

@@ -562,13 +562,13 @@ def _feeds(
     graph: tg.Graph, values: Mapping[str, object], roles: list | None = None
 ) -> dict[str, np.ndarray]:
     """Each input of the entry `graph` fed its role's value, in the input's dtype (a
-    copy: the caller may change its arrays later); `roles`: `_roles(graph)`, when the
+    copy: the caller may change its arrays later); `roles`: `input_roles(graph)`, when the
     caller keeps it."""
-    roles = _roles(graph) if roles is None else roles
+    roles = input_roles(graph) if roles is None else roles
     return {name: np.array(values[role], dtype, order="C") for name, role, dtype in roles}
 
 
-def _roles(graph: tg.Graph) -> list[tuple[str, str, np.dtype]]:
+def input_roles(graph: tg.Graph) -> list[tuple[str, str, np.dtype]]:
     """(input name, its role, its NumPy dtype) for every input of entry `graph`: what
     `_feeds` feeds, read once per step. RunError naming an input of no role."""
     roles = []
@@ -657,12 +657,12 @@ def generate(
     draws = sampler.generator()
     out = np.empty((layout.batch, tokens), np.int32)
 
-    entry_roles: dict[str, list] = {}  # entry -> its _roles, read once per generate
+    entry_roles: dict[str, list] = {}  # entry -> its input_roles, read once per generate
 
     def call(entry: str, ids: np.ndarray, position: int) -> np.ndarray:
         graph = program.entries[entry].graph
         if entry not in entry_roles:
-            entry_roles[entry] = _roles(graph)
+            entry_roles[entry] = input_roles(graph)
         roles = {"ids": ids, "position": position, "length": length}
         feeds = _feeds(graph, roles, entry_roles[entry])
         (logits,) = program.run(entry, feeds, backend=backend, state=state, **backend_options)
@@ -690,12 +690,12 @@ def generate(
     prefill_seconds = time.perf_counter() - began
     began = time.perf_counter()
     positions = range(length, length + tokens - 1)
-    if _pipelines(program, backend, sampler, backend_options):
+    if pipelines_greedy(program, backend, sampler, backend_options):
         from tensorgraph.models.decode_pipeline import decode_greedy
 
         def roles(entry: str) -> list:
             if entry not in entry_roles:
-                entry_roles[entry] = _roles(program.entries[entry].graph)
+                entry_roles[entry] = input_roles(program.entries[entry].graph)
             return entry_roles[entry]
 
         def emit(step: int, token: np.ndarray) -> None:
@@ -716,7 +716,7 @@ def generate(
     )
 
 
-def _pipelines(
+def pipelines_greedy(
     program: object, backend: str, sampler: Sampler, options: Mapping[str, object]
 ) -> bool:
     """Whether `generate` decodes through `decode_pipeline.decode_greedy`: greedy picks

@@ -44,9 +44,9 @@ from tensorgraph.errors import GraphError, RunError
 from tensorgraph.models.generation import (
     DecodeRate,
     GenerationMemory,
-    _pipelines,
-    _roles,
     generation_memory,
+    input_roles,
+    pipelines_greedy,
 )
 from tensorgraph.models.sampling import Sampler
 
@@ -376,10 +376,10 @@ def generate_seq2seq(
     pick(0, logits)
     encode_seconds = time.perf_counter() - began
     began = time.perf_counter()
-    if _pipelines(program, backend, sampler, backend_options):
+    if pipelines_greedy(program, backend, sampler, backend_options):
         from tensorgraph.models.decode_pipeline import decode_greedy
 
-        roles = _roles(program.entries["decode"].graph)
+        roles = input_roles(program.entries["decode"].graph)
 
         def emit(step: int, token: np.ndarray) -> None:
             out[:, step] = token
