@@ -66,7 +66,6 @@ class PreparedCall:
         self, program: object, device: str | None, known: Mapping | None, wait: bool
     ) -> None:
         graph = program.graph
-        self.program = program
         self.target = _device(device)
         self.wait = wait
         self.checks = _host_plan(program, known)

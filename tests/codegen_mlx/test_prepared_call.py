@@ -180,3 +180,17 @@ def test_stateless_random_programs_give_the_same_outputs_both_ways(graph, seed, 
     with _generic():
         want = [np.array(o) for o in program.run(inputs, params, backend="mlx")]
     _same(got, want)
+
+
+def test_a_prepared_call_does_not_keep_its_program_alive() -> None:
+    import gc
+    import weakref
+
+    program = tg.compile(_decode(1, "input", lookup=False))
+    feeds = {"x": np.ones((1, WIDTH), np.float32), "pos": np.array(0, np.int32)}
+    program.run(feeds, backend="mlx")
+    assert prepared_call.prepared_call(program, {}) is not None
+    gone = weakref.ref(program)
+    del program
+    gc.collect()
+    assert gone() is None
