@@ -141,5 +141,12 @@ def _run(
             state.region[...] = backup
             raise
     from tensorgraph.codegen_mlx import run_mlx  # "mlx": Program.run checked the name
+    from tensorgraph.codegen_mlx.prepared_call import run_prepared
 
+    # a repeated call (a decode step) takes the prepared path: the same outputs, states
+    # and errors as run_mlx, without re-deriving per call what depends only on the
+    # program and the options; any call it does not take is run_mlx's
+    outputs = run_prepared(program, inputs, params, state, options)
+    if outputs is not None:
+        return outputs
     return run_mlx(program, inputs, params, state=state, **options)

@@ -94,6 +94,9 @@ def _device(device: str | None) -> mx.Device:
     return mx.cpu if device == "cpu" else mx.gpu
 
 
+STALE = ("constant-values-", "prepared")  # cache keys `adopt` drops
+
+
 def adopt(
     program: object,
     owner: object,
@@ -113,8 +116,10 @@ def adopt(
     cache["owner"] = weakref.ref(owner)  # weak: the owner's caches hold `program`
     cache["segment-source"], cache["compiled-source"] = segments, compiled
     cache["cache-bound"] = cache_bound
-    for key in [k for k in cache if k.startswith("constant-values-")]:
-        del cache[key]  # gathered from this program's own copies: now the owner's serve
+    for key in [k for k in cache if str(k[0] if isinstance(k, tuple) else k).startswith(STALE)]:
+        # gathered from this program's own copies: now the owner's serve (a prepared
+        # call, prepared_call.py, holds them too; adopted programs are not prepared)
+        del cache[key]
 
 
 def _resident(program: object, device: mx.Device) -> dict[int, mx.array]:

@@ -287,32 +287,75 @@ def run_segments(
     `wait` False with no guarded node: the outputs are returned once the last segment
     is dispatched (mx.async_eval), not finished, so a caller can queue work behind it."""
     outputs = set(graph.outputs)
-    slots = values
-    for unused in [i for i in slots if last_use[i] == -1 and i not in outputs]:
-        del slots[unused]  # an input or param nothing reads: no reason to hold it
-    verdicts: list[mx.array] = []
-    pending: list[mx.array] | None = None
+    unused = [i for i in values if last_use[i] == -1 and i not in outputs]
+    steps = dispatch_steps(graph, segments, traces, unused)
+    return dispatch(steps, values, wait=wait)
+
+
+@frozen
+class DispatchSteps:
+    """What `dispatch` does for one segmented program, worked out once (a repeated
+    call keeps it: codegen_mlx/prepared_call.py): the boundary values nothing reads
+    (`unused`), per traced segment (its trace, the ids it reads, the ids released before
+    it runs, the ids of its outputs), the ids released at untraced segments (`dropped`),
+    the graph's output ids, and the guarded nodes in schedule order."""
+
+    unused: tuple[int, ...]
+    steps: tuple[tuple[Trace, tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]
+    dropped: tuple[int, ...]
+    outputs: tuple[int, ...]
+    guarded: tuple[Node, ...]
+
+
+def dispatch_steps(
+    graph: Graph,
+    segments: Sequence[Segment],
+    traces: Sequence[Trace | None],
+    unused: Sequence[int],
+) -> DispatchSteps:
+    """The `DispatchSteps` of `segments` (traced as `traces`) of `graph`, `unused` the
+    boundary ids that no node reads and no output is. An untraced segment (no op to
+    run) only releases values: those releases move to the next traced segment's (they
+    are values no later segment reads), or to `dropped` after the last one."""
+    steps, pending = [], []
     for segment, trace in zip(segments, traces, strict=True):
-        args = [slots[i] for i in segment.inputs] if trace is not None else []
-        for i in segment.released:
-            del slots[i]
+        pending.extend(segment.released)
         if trace is None:
             continue
+        steps.append((trace, tuple(segment.inputs), tuple(pending), tuple(segment.outputs)))
+        pending = []
+    guarded = tuple(graph.node(i) for segment in segments for i in segment.guarded)
+    return DispatchSteps(tuple(unused), tuple(steps), tuple(pending), tuple(graph.outputs), guarded)
+
+
+def dispatch(plan: DispatchSteps, slots: dict[int, mx.array], *, wait: bool = True) -> list:
+    """Run `plan` on `slots` (every boundary node's array, consumed), as `run_segments`
+    says. A segment's inputs are read before its releases, so a value a segment reads
+    last is held only by the lazy graph once its compiled call returns."""
+    for i in plan.unused:
+        del slots[i]  # an input or param nothing reads: no reason to hold it
+    verdicts: list[mx.array] = []
+    pending: list[mx.array] | None = None
+    for trace, inputs, released, outputs in plan.steps:
+        args = [slots[i] for i in inputs]
+        for i in released:
+            del slots[i]
         results = trace(*args)
         del args  # the lazy graph now holds the only references to released values
         if pending is not None:
             mx.eval(pending)  # segment k done before k+1 allocates
             pending = None
         mx.async_eval(results)
-        count = len(segment.outputs)
-        slots.update(zip(segment.outputs, results[:count], strict=True))
+        count = len(outputs)
+        slots.update(zip(outputs, results[:count], strict=True))
         verdicts.extend(results[count:])
         pending = results
-    result = [slots[o] for o in graph.outputs]
+    for i in plan.dropped:
+        del slots[i]
+    result = [slots[o] for o in plan.outputs]
     if not wait and not verdicts:
         return result  # each output is a dispatched segment's, or a boundary value as given
     mx.eval(result, verdicts)
-    guarded = [i for segment in segments for i in segment.guarded]
-    for node_id, outcome in zip(guarded, verdicts, strict=True):
-        raise_if_broken(graph.node(node_id), outcome)
+    for node, outcome in zip(plan.guarded, verdicts, strict=True):
+        raise_if_broken(node, outcome)
     return result

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tensorgraph as tg
-from tensorgraph.codegen_mlx import executor, last_run
+from tensorgraph.codegen_mlx import executor, last_run, prepared_call
 
 SHAPE = (1, 4, 1024, 128)  # 2 MiB of float32
 CACHE_BYTES = 4 * 1024 * 128 * 4
@@ -53,16 +53,22 @@ def test_a_state_update_allocates_no_second_cache(mode, position) -> None:
     np.testing.assert_array_equal(state["cache"][0, :, row], np.full((4, 128), 7, np.float32))
 
 
-def test_a_donating_call_that_fails_inside_mlx_marks_the_state_lost(monkeypatch) -> None:
+@pytest.mark.parametrize("path", ["prepared", "generic"])
+def test_a_donating_call_that_fails_inside_mlx_marks_the_state_lost(monkeypatch, path) -> None:
     program = tg.compile(_decode("input"))
     state = program.new_state("mlx")
     feeds = {"row": np.ones((1, 4, 1, 128), np.float32), "pos": np.int32(3)}
     program.run(feeds, backend="mlx", state=state)
 
-    def failing(*args: object) -> None:
+    def failing(*args: object, **kwargs: object) -> None:
         raise MemoryError("MLX ran out of memory")
 
-    monkeypatch.setattr(executor, "_execute", failing)
+    # the repeated call's path (codegen_mlx/prepared_call.py), or run_mlx's
+    if path == "prepared":
+        monkeypatch.setattr(prepared_call, "dispatch", failing)
+    else:
+        monkeypatch.setattr(prepared_call, "run_prepared", lambda *args: None)
+        monkeypatch.setattr(executor, "_execute", failing)
     with pytest.raises(MemoryError):
         program.run(feeds, backend="mlx", state=state)
     monkeypatch.undo()
