@@ -39,6 +39,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import NoReturn
 
 import mlx.core as mx
 import numpy as np
@@ -481,13 +482,20 @@ def run_mlx(
     except BaseException as err:
         if not handed:
             raise
-        state.lost = tuple(handed)
-        if isinstance(err, TensorGraphError):
-            raise type(err)(f"{err} (state {', '.join(handed)} lost: reset it)") from err
-        raise
+        raise_state_lost(state, handed, err)
     finally:
         if bound is not None:
             mx.set_cache_limit(previous)
+
+
+def raise_state_lost(state: object, handed: Sequence[str], err: BaseException) -> NoReturn:
+    """Raise `err` of a call that failed after the states `handed` were handed over
+    (donated: their old values may be gone), marking them lost on `state`; a
+    TensorGraphError is re-raised as its own type naming the lost states."""
+    state.lost = tuple(handed)
+    if isinstance(err, TensorGraphError):
+        raise type(err)(f"{err} (state {', '.join(handed)} lost: reset it)") from err
+    raise err
 
 
 def _hand_over(

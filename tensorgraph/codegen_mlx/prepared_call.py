@@ -49,6 +49,7 @@ from tensorgraph.codegen_mlx.executor import (
     _guarded,
     _host_plan,
     _segmented,
+    raise_state_lost,
 )
 from tensorgraph.codegen_mlx.segments import dispatch, dispatch_steps
 from tensorgraph.errors import RunError, TensorGraphError
@@ -152,10 +153,7 @@ class PreparedCall:
         except BaseException as err:
             if not handed:
                 raise
-            state.lost = tuple(handed)
-            if isinstance(err, TensorGraphError):
-                raise type(err)(f"{err} (state {', '.join(handed)} lost: reset it)") from err
-            raise
+            raise_state_lost(state, handed, err)
 
 
 def _feed_nodes_inputs(program: object) -> Mapping:
