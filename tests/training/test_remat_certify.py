@@ -26,15 +26,9 @@ from tests.training.test_remat import (
     feeds_for,
     halfway,
 )
-from tests.training.test_remat_multi import gradient_model
+from tests.training.test_remat_multi import budget_between, gradient_model
 
 UNLIMITED = 10**9
-
-
-def budget_between(model, fraction: float) -> int:
-    everything = frozenset(model.candidates)
-    low, high = model.peak(everything, everything), model.peak(frozenset())
-    return int(low + fraction * (high - low))
 
 
 @settings(max_examples=4, deadline=None)

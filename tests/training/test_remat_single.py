@@ -20,16 +20,14 @@ from tensorgraph.planner.remat_single import solve_single_copy
 from tensorgraph.remat import RematReport, choose
 from tests.training.remat_strategies import layered_networks
 from tests.training.test_remat import check_program, deep_mlp_programs, feeds_for, halfway
-from tests.training.test_remat_multi import gradient_model
+from tests.training.test_remat_multi import budget_between, gradient_model
 
 
 @settings(max_examples=4, deadline=None)
 @given(graph=layered_networks(), fraction=st.floats(0.0, 1.0))
 def test_the_choice_never_costs_more_than_the_single_copy_program(graph, fraction):
     _, _, model = gradient_model(graph)
-    everything = frozenset(model.candidates)
-    low, high = model.peak(everything, everything), model.peak(frozenset())
-    budget = int(low + fraction * (high - low))
+    budget = budget_between(model, fraction)
     single = solve_single_copy(model, budget)
     chosen = choose(model, budget)
     if single is not None:
@@ -42,7 +40,7 @@ def test_the_choice_never_costs_more_than_the_single_copy_program(graph, fractio
     if chosen is not None:
         assert int(model.profile(chosen.recompute, chosen.emit).max()) == chosen.peak <= budget
     # At keep-everything's model peak, recomputing nothing fits: the optimum is 0 FLOPs.
-    at_high = solve_single_copy(model, high)
+    at_high = solve_single_copy(model, budget_between(model, 1.0))
     assert at_high is not None and at_high.flops == 0 and at_high.gap == 0.0
 
 
@@ -54,9 +52,7 @@ def test_a_single_copy_read_after_its_horizon_is_counted_until_its_last_read(gra
     first only, and its points sat above the model budget (164 B on random networks,
     161,925 B on GPT-2's halfway budget, where the point never fit once placed)."""
     _, _, model = gradient_model(graph)
-    everything = frozenset(model.candidates)
-    low, high = model.peak(everything, everything), model.peak(frozenset())
-    budget = int(low + fraction * (high - low))
+    budget = budget_between(model, fraction)
     single = solve_single_copy(model, budget)
     if single is not None:
         assert int(model.profile(single.recompute, single.emit).max()) <= budget
