@@ -18,6 +18,7 @@ import tensorgraph as tg
 from tensorgraph.codegen_mlx import prepared_call
 from tensorgraph.errors import TensorGraphError
 from tensorgraph.runtime.state import HOST_LIMIT
+from tests.runtime.test_failed_calls import position_of
 from tests.strategies import feeds as random_feeds
 from tests.strategies import graphs
 
@@ -34,14 +35,7 @@ def _decode(rows: int, position: str, lookup: bool) -> tg.Graph:
     g = tg.Graph(f"decode-{position}")
     cache = g.state("cache", (LENGTH, WIDTH), tg.float32)
     x = g.input("x", (rows, WIDTH), tg.float32)
-    if position == "input":
-        pos = g.input("pos", (), tg.int32)
-    elif position == "state":
-        pos = g.state("pos", (), tg.int32)
-        g.update_state(pos, pos + g.constant(np.int32(rows)))
-    else:
-        big = g.input("big", (HOST_LIMIT + 1,), tg.int32)
-        pos = tg.take(big, g.constant(np.int32(0)), 0)
+    pos = position_of(g, position, rows)
     if lookup:
         table = g.constant(np.arange(TABLE * WIDTH, dtype=np.float32).reshape(TABLE, WIDTH))
         x = x + tg.take(table, g.input("idx", (rows,), tg.int32), 0)

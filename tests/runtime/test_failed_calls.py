@@ -24,6 +24,20 @@ LENGTH, WIDTH = 8, 2
 ROWS = {"input": 2, "state": 1, "large": 3}  # rows each path's entry writes per call
 
 
+def position_of(g: tg.Graph, path: str, rows: int) -> tg.Tensor:
+    """A write position added to `g`: "input": input pos; "state": state "pos",
+    advanced by `rows` each call; "large": element 0 of an input of HOST_LIMIT + 1
+    elements (too large for the host checks, so the device guards it)."""
+    if path == "input":
+        return g.input("pos", (), tg.int32)
+    if path == "state":
+        pos = g.state("pos", (), tg.int32)
+        g.update_state(pos, pos + g.constant(np.int32(rows)))
+        return pos
+    big = g.input("big", (HOST_LIMIT + 1,), tg.int32)
+    return tg.take(big, g.constant(np.int32(0)), 0)
+
+
 def _kv(path: str) -> tg.Graph:
     """Writes ROWS[path] rows of input x into state "cache" at a position taken from
     `path` ("input": input pos; "state": state "pos", advanced by the rows written;
@@ -33,14 +47,7 @@ def _kv(path: str) -> tg.Graph:
     g = tg.Graph(path)
     cache = g.state("cache", (LENGTH, WIDTH), tg.float32)
     x = g.input("x", (rows, WIDTH), tg.float32)
-    if path == "input":
-        pos = g.input("pos", (), tg.int32)
-    elif path == "state":
-        pos = g.state("pos", (), tg.int32)
-        g.update_state(pos, pos + g.constant(np.int32(rows)))
-    else:
-        big = g.input("big", (HOST_LIMIT + 1,), tg.int32)
-        pos = tg.take(big, g.constant(np.int32(0)), 0)
+    pos = position_of(g, path, rows)
     new = tg.slice_update(cache, x, 0, pos)
     g.update_state(cache, new)
     g.output(tg.sum(new, axis=0))
