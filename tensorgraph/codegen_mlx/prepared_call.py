@@ -46,6 +46,7 @@ from tensorgraph.codegen_mlx.executor import (
     _boundary_values,
     _cache,
     _device,
+    _feed_nodes,
     _guarded,
     _host_plan,
     _segmented,
@@ -73,9 +74,9 @@ class PreparedCall:
         self.donate = not _guarded(program)  # run_mlx's rule (codegen_mlx/state.py)
         self.inputs = tuple(
             (name, node.id, node.shape, node.dtype.to_numpy(), MX_DTYPES.get(node.dtype.name))
-            for name, node in _feed_nodes_inputs(program).items()
+            for name, node in _feed_nodes(program).inputs.items()
         )
-        updated = {name: k for k, name in _updates(graph).items()}
+        updated = dict(graph.state_positions)  # state name -> its output position
         self.states = tuple((n.name, n.id, n.name in updated) for n in graph.states)
         self.updates = tuple((k, name) for name, k in updated.items())
         with mx.stream(self.target):
@@ -154,17 +155,6 @@ class PreparedCall:
             if not handed:
                 raise
             raise_state_lost(state, handed, err)
-
-
-def _feed_nodes_inputs(program: object) -> Mapping:
-    from tensorgraph.codegen_mlx.executor import _feed_nodes
-
-    return _feed_nodes(program).inputs
-
-
-def _updates(graph: object) -> dict[int, str]:
-    """Output position -> the state its value updates."""
-    return {k: name for name, k in graph.state_positions.items()}
 
 
 def prepared_call(program: object, options: Mapping[str, object]) -> PreparedCall | None:
