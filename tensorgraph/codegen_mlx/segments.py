@@ -30,6 +30,8 @@ buys fewer segments (the executor's choice: executor.segment_budget). A one-step
 segment costs at most that step's live bytes (<= lower bound <= arena) unless the step
 writes in place, and a segment always takes at least one step, so the cut progresses.
 A segment boundary, where the executor waits, holds exactly the plan's live set.
+On a GPU, MLX also keeps an op's inputs until its command buffer completes: the package
+caps a buffer at a few ops (command_buffers.py) so that retention stays small.
 
 Execution (`run_segments`): one segment in flight. The compiled call that builds
 segment k+1's lazy graph (Python work) runs while the device computes segment k; k+1 is
