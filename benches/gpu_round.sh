@@ -25,7 +25,13 @@ run() {  # name seconds command...
   tail -n 25 "$O/$name.txt"
   grep -E "Error|error|Traceback" "$O/$name.err" | tail -n 5
 }
-run delegate "$(limit 120)" python3 benches/bench_delegate_memory.py --device "$DEV" --runs 3
-run train "$(limit 100)" python3 benches/bench_train.py --device "$DEV" --runs 5
-run decode "$(limit 100)" python3 benches/bench_decode_families.py --device "$DEV" --runs 3
+# Limits from the device sessions so far (each call 10 minutes at most, 15 in all): the
+# delegate bench takes ~75 s a model, the decode bench ~85 s a family, and the training
+# bench's compiled mode is left out (its first whole-step trace JIT-compiles for minutes
+# on CUDA).
+run delegate "$(limit 170)" python3 benches/bench_delegate_memory.py --device "$DEV" --runs 3 \
+    --models whisper-encoder,llama-1b-shaped
+run decode "$(limit 190)" python3 benches/bench_decode_families.py --device "$DEV" --runs 3 \
+    --families llama,whisper
+run train "$(limit 150)" python3 benches/bench_train.py --device "$DEV" --runs 3 --no-compiled
 run mlx_gpu "$(limit 90)" python3 benches/bench_mlx_gpu.py --device "$DEV" --runs 3
