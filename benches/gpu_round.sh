@@ -33,5 +33,7 @@ run delegate "$(limit 170)" python3 benches/bench_delegate_memory.py --device "$
     --models whisper-encoder,llama-1b-shaped
 run decode "$(limit 190)" python3 benches/bench_decode_families.py --device "$DEV" --runs 3 \
     --families llama,whisper
+run profile_decode "$(limit 120)" python3 benches/profile_decode_host.py --device "$DEV" \
+    --families llama --rounds 3
 run train "$(limit 150)" python3 benches/bench_train.py --device "$DEV" --runs 3 --no-compiled
 run mlx_gpu "$(limit 90)" python3 benches/bench_mlx_gpu.py --device "$DEV" --runs 3

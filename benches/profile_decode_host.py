@@ -18,7 +18,11 @@ mx.async_eval itself blocks while it dispatches a step's kernels, so `mlx` is mo
 `wall`, pipelined or not. `--profile` adds a cProfile of one tensorgraph `generate`.
 
     PYTHONPATH=. python benches/profile_decode_host.py [--families llama,qwen2,gemma2]
-        [--rounds 7] [--profile]
+        [--rounds 7] [--profile] [--device cpu|gpu]
+
+It also prints how many MLX primitives each side dispatches per decode step (the
+compiled graphs' nodes, fused kernels once): on a GPU, where a small model's step is
+bound by dispatch, that count is the first suspect.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import argparse
 import cProfile
 import pstats
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_decode_families as bench
 
 import tensorgraph as tg
+from tensorgraph.codegen_mlx.arrays import MX_DTYPES
 from tensorgraph.importers.generation import from_torch_generation
 from tensorgraph.models import generation
 from tensorgraph.models.generation import generate
@@ -125,6 +131,34 @@ def run_hand(hand: object, prompt: np.ndarray, pipeline: bool) -> tuple[np.ndarr
     return np.stack(out, axis=1), wall, WAITED[0], cpu
 
 
+def _count(outputs: list[mx.array]) -> int:
+    """The primitives of the lazy graph behind `outputs` (mx.export_to_dot's nodes)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "graph.dot"
+        mx.export_to_dot(str(path), *outputs)
+        return path.read_text().count("shape=rectangle")
+
+
+def primitives(program: object, hand: object) -> dict[str, int]:
+    """Primitives MLX dispatches for one decode step after mx.compile (fused kernels
+    count once; on a GPU `mx.fast` ops are one each): tensorgraph's decode entry (its
+    segments' traces, fed zeros) and the hand-written compiled step."""
+    from tensorgraph.codegen_mlx import executor
+
+    entry = program.entries["decode"]
+    graph = entry.graph
+    zeros = {n.id: mx.zeros(n.shape, MX_DTYPES[n.dtype.name]) for n in graph.nodes}
+    mx.eval(list(zeros.values()))  # evaluated: only the step's own primitives are counted
+    segments, traces = executor._segmented(entry, mx.default_device())
+    ours = 0
+    for segment, trace in zip(segments, traces, strict=True):
+        if trace is not None:
+            ours += _count(trace(*[zeros[i] for i in segment.inputs]))
+    token, position = mx.zeros((1, 1), mx.int32), mx.array([bench.BUCKET])
+    mx.eval(hand.caches, token, position)
+    return {"tensorgraph": ours, "hand-written": _count(hand.step(token, position, *hand.caches))}
+
+
 def measure(family: str, rounds: int, profile: bool) -> None:
     model = bench.build_model(family, "default")
     entries = from_torch_generation(model, max_seq=bench.MAX_SEQ, prompt_buckets=(bench.BUCKET,))
@@ -148,6 +182,7 @@ def measure(family: str, rounds: int, profile: bool) -> None:
             figures = (wall, waited, wall - waited, cpu)
             best[name] = [min(a, b) for a, b in zip(best[name], figures, strict=True)]
     agree = len({t.tobytes() for t in tokens.values()}) == 1
+    print(f"{family}: MLX primitives per decode step: {primitives(program, hand)}")
     steps = TOKENS - 1
     verdict = "yes" if agree else "NO"
     print(f"{family}: ms per decode token, best of {rounds} (tokens agree: {verdict})")
@@ -168,8 +203,9 @@ def main() -> None:
     parser.add_argument("--families", default="llama,qwen2,gemma2")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = parser.parse_args()
-    mx.set_default_device(mx.cpu)
+    mx.set_default_device(mx.cpu if args.device == "cpu" else mx.gpu)
     _instrument()
     for family in args.families.split(","):
         measure(family, args.rounds, args.profile)
