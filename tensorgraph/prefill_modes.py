@@ -1,5 +1,5 @@
 """How generation programs prefill a prompt, one list for the zoo's generation entries
-(models/generation.py) and the transformers importer's (importers/generation.py): its
+(models/llama_generation.py) and the transformers importer's (importers/generation.py): its
 own module because the importer may not import the zoo (tests/test_layers.py) and the
 zoo must not need torch, which the importer imports."""
 
