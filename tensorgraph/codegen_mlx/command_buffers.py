@@ -14,6 +14,12 @@ MLX reads the variable once, at its first commit, so it is set when this package
 imported, before any GPU work of tensorgraph's. A value the user set is kept (the
 variable is theirs to tune); work committed on a GPU before tensorgraph was imported
 has already fixed MLX's value for the process. The CPU backend ignores it.
+
+Metal is not measured: its backend releases an op's inputs with its command buffer too
+(and defaults to more ops per buffer than CUDA's 20), so the same excess over the plan
+is expected there; what more, smaller buffers cost in commits per call is not known
+(a small model's decode step, a few hundred ops, is where it would show). The setting
+is the same on both GPU backends until a Metal measurement says otherwise.
 """
 
 from __future__ import annotations
