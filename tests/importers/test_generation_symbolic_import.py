@@ -25,10 +25,13 @@ MAX_SEQ, VOCAB = 32, 64
 
 
 def transformers_tokens(model: torch.nn.Module, prompt: list[int], steps: int) -> list[int]:
-    """`model.generate`'s greedy new tokens, exactly `steps` of them (no EOS stop)."""
+    """`model.generate`'s greedy new tokens, exactly `steps` of them (no EOS stop). Every
+    prompt token is attended to: without an explicit mask, generate would mask the
+    prompt's 0s as padding (pad_token_id 0; a prompt of [19, 0, 5] failed so)."""
     with torch.no_grad():
         out = model.generate(
             torch.tensor([prompt]),
+            attention_mask=torch.ones((1, len(prompt)), dtype=torch.long),
             max_new_tokens=steps,
             min_new_tokens=steps,
             do_sample=False,
