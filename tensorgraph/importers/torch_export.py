@@ -48,6 +48,7 @@ import ml_dtypes
 import numpy as np
 
 from tensorgraph.errors import GraphError, TensorGraphError
+from tensorgraph.importers.fused_norms import fuse_rms_norms
 from tensorgraph.ir import api as tg
 from tensorgraph.passes.fold import fold_weights
 
@@ -278,7 +279,7 @@ class _Importer:
                 self.graph.output(results[spec.arg.name])
         for spec in mutations:
             self.graph.update_state(states[spec.target], results[spec.arg.name])
-        return fold_weights(self.graph)
+        return fuse_rms_norms(fold_weights(self.graph))
 
     def param(self, target: str, shape: tuple[int, ...], dtype: tg.DType) -> tg.Tensor:
         """The bound param of `target`, one per tied group: targets whose tensors are one
