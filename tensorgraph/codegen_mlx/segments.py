@@ -49,6 +49,12 @@ from collections.abc import Callable, Mapping, Sequence
 import mlx.core as mx
 from attrs import field, frozen
 
+from tensorgraph.codegen_mlx.fusion import (
+    FusionFacts,
+    SegmentFusion,
+    fusion_enabled,
+    fusion_facts,
+)
 from tensorgraph.codegen_mlx.guards import device_guarded, raise_if_broken, verdict
 from tensorgraph.codegen_mlx.lowering import lowering_of
 from tensorgraph.ir.graph import Graph
@@ -159,17 +165,29 @@ def carried_bytes(graph: Graph, liveness: Liveness) -> list[int]:
     return carried
 
 
-def step_costs(graph: Graph, liveness: Liveness, aliasing: Aliasing) -> tuple[list, list]:
+class StepSizes(list):
+    """The bytes each step allocates (a list, as `cut_steps` always took), with the
+    schedule's `fusion.FusionFacts` beside it (`fusion`; None: no fusion is modelled)
+    so that the cut refunds what mx.compile fuses."""
+
+    fusion: FusionFacts | None = None
+
+
+def step_costs(graph: Graph, liveness: Liveness, aliasing: Aliasing) -> tuple[list, StepSizes]:
     """(`carried(s)`, the bytes step s allocates) for every step s of the planned
     schedule (module docstring): a node's `allocation` plus any buffer of no node (a
-    fused op's declared workspace, live at its step only)."""
+    fused op's declared workspace, live at its step only). The sizes carry the
+    schedule's fusion facts (`StepSizes`) unless MLX's compiler is told not to fuse."""
     steps = liveness.steps
     nodes = {n.id for n in graph.nodes}
     extra = [0] * len(steps)
     for buffer in liveness.buffers:
         if buffer.id not in nodes:
             extra[buffer.start] += buffer.size
-    sizes = [allocation(graph, aliasing, i) + extra[k] for k, i in enumerate(steps)]
+    sizes = StepSizes(allocation(graph, aliasing, i) + extra[k] for k, i in enumerate(steps))
+    if fusion_enabled():
+        guarded = frozenset(n.id for n in device_guarded(graph))
+        sizes.fusion = fusion_facts(graph, steps, guarded)
     return carried_bytes(graph, liveness), sizes
 
 
@@ -177,21 +195,37 @@ def cut_steps(costs: Sequence[tuple[list, list, int]]) -> list[tuple[int, int, i
     """(start, stop, cost under the first) of each segment of a greedy cut of the steps
     such that, under every (carried, sizes, budget) of `costs` (one schedule's
     `step_costs` at one or more lengths, each with its budget), each segment's cost is
-    at most the budget, except one-step segments, which may exceed it."""
+    at most the budget, except one-step segments, which may exceed it. Sizes that carry
+    fusion facts (`StepSizes`) are refunded what the segment fuses (fusion.py): the
+    running cost of every prefix, not only of the whole segment, stays a bound of what
+    MLX allocates, so the cut is made before the first step that would break one."""
     count = len(costs[0][1])
     bounds, start = [], 0
     running = [carried[0] if count else 0 for carried, _, _ in costs]
+    fused = [_opened(sizes, 0) for _, sizes, _ in costs]
     for step in range(count):
+        trial = [total + add(step) for total, add in zip(running, fused, strict=True)]
         if step > start and any(
-            total + sizes[step] > budget
-            for total, (_, sizes, budget) in zip(running, costs, strict=True)
+            total > budget for total, (_, _, budget) in zip(trial, costs, strict=True)
         ):
             bounds.append((start, step, running[0]))
-            start, running = step, [carried[step] for carried, _, _ in costs]
-        running = [total + sizes[step] for total, (_, sizes, _) in zip(running, costs, strict=True)]
+            start = step
+            fused = [_opened(sizes, step) for _, sizes, _ in costs]
+            trial = [
+                carried[step] + add(step) for (carried, _, _), add in zip(costs, fused, strict=True)
+            ]
+        running = trial
     if count:
         bounds.append((start, count, running[0]))
     return bounds
+
+
+def _opened(sizes: Sequence[int], start: int) -> Callable[[int], int]:
+    """The cost change of adding each next step to a segment opened at `start`."""
+    facts = getattr(sizes, "fusion", None)
+    if facts is None:
+        return sizes.__getitem__
+    return SegmentFusion(facts, sizes, start).add
 
 
 def segment_schedule(
