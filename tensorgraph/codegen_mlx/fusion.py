@@ -75,16 +75,7 @@ _FLOAT_SINGLE = {"floor", "ceil", "round", "remainder"}  # on integers: other lo
 # Ops whose lowering reads each operand through fusable primitives only, at most `L`
 # deep below its own output (gelu's tanh form: 9 with an operand cast), or returns an
 # operand as it is (L counts that as 1): (L, inner primitives, scalar constants).
-_CHAIN = {
-    "gelu": (9, 14, 6),
-    "silu": (3, 4, 0),
-    "broadcast_to": (1, 1, 0),
-    "reshape": (1, 1, 0),
-    "narrow": (1, 1, 0),
-    "transpose": (1, 1, 0),
-    "concat": (1, 1, 0),
-    "cast": (1, 1, 0),
-}
+_CHAIN = {"gelu": (9, 14, 6), "silu": (3, 4, 0), "broadcast_to": (1, 1, 0)}
 _TRANSPARENT = (2, 2, 1)  # a reduction over no axis, integer rounding: x, cast or x != 0
 _FLOAT_CHAIN = {"trunc": (2, 5, 1), "isinf": (2, 5, 2)}
 
@@ -96,6 +87,7 @@ _OPAQUE = {
     "all", "argmax", "argmin", "cumsum", "cumprod", "softmax", "log_softmax",
 }
 # fmt: on
+_LAYOUT = {"reshape", "cast", "transpose", "narrow", "concat"}  # opaque unless no-ops
 _REDUCTIONS = {"sum", "mean", "max", "min", "prod", "any", "all"}
 
 REL, ABS, UNKNOWN = 0, 1, 2  # edge kinds: depth = reader's + value, = value, worst case
@@ -118,6 +110,18 @@ def _is_single(graph: Graph, node: Node) -> bool:
     return node.op == "isnan" and first is not None and first.dtype.is_float
 
 
+def _is_identity(node: Node, first: Node) -> bool:
+    """Whether a layout op's lowering may hand back its operand (MLX returns the input
+    of a no-op reshape, slice or cast); otherwise it is one non-fusable primitive."""
+    if node.op in ("reshape", "cast"):
+        return node.shape == first.shape and node.dtype == first.dtype
+    if node.op == "transpose":
+        return tuple(node.attr("axes")) == tuple(range(len(node.shape)))
+    if node.op == "narrow":
+        return node.attr("start") == 0 and node.attr("length") == first.shape[node.attr("axis")]
+    return node.op == "concat" and len(node.inputs) == 1
+
+
 def _chain(graph: Graph, node: Node) -> tuple[int, int, int] | None:
     """(L, inner primitives, constants) of a `_CHAIN`-like lowering, else None."""
     if node.op in _CHAIN:
@@ -125,6 +129,8 @@ def _chain(graph: Graph, node: Node) -> tuple[int, int, int] | None:
     if node.op in _REDUCTIONS and not node.attr("axes"):
         return _TRANSPARENT
     first = graph.node(node.inputs[0]) if node.inputs else None
+    if node.op in _LAYOUT and first is not None and _is_identity(node, first):
+        return _TRANSPARENT
     if node.op in (*_FLOAT_SINGLE, "trunc") and not node.dtype.is_float:
         return _TRANSPARENT  # integer rounding returns its operand
     if node.op in _FLOAT_CHAIN and first is not None and first.dtype.is_float:
@@ -139,12 +145,15 @@ class FusionFacts:
     (conditions 1-2), or -1. `edges[k]`: (operand step, kind, value) for each computed
     operand: REL (depth = the reader's + value), ABS (depth = value) or UNKNOWN.
     `arrays[k]`: the node's id and its operands' ids. `extra[k]`: candidate inputs the
-    lowering adds beyond `arrays` (constants, operand casts, inner primitives)."""
+    lowering adds beyond `arrays` (constants, operand casts, inner primitives).
+    `broadcasts[k]`: operands it broadcasts (a `Broadcast` with readers outside a group
+    is split, not made an input, so it counts only where it may sit at MAX_DEPTH)."""
 
     reader: tuple[int, ...]
     edges: tuple[tuple[tuple[int, int, int], ...], ...]
     arrays: tuple[tuple[int, ...], ...]
     extra: tuple[int, ...]
+    broadcasts: tuple[int, ...]
 
 
 def fusion_facts(
@@ -161,7 +170,7 @@ def fusion_facts(
     outputs = set(graph.outputs)
     single = {i for i in steps if not OPS[graph.node(i).op].boundary and i not in guarded}
     single = {i for i in single if _is_single(graph, graph.node(i))}
-    reader, edges, arrays, extra = [], [], [], []
+    reader, edges, arrays, extra, broadcasts = [], [], [], [], []
     for node_id in steps:
         node = graph.node(node_id)
         users = readers.get(node_id, set())
@@ -171,44 +180,47 @@ def fusion_facts(
             if user in single and graph.node(user).shape == node.shape:
                 fused_by = step_of[user]
         reader.append(fused_by)
-        node_edges, added = _edges(graph, node, node_id in single, step_of)
+        node_edges, added, spread = _edges(graph, node, node_id in single, step_of)
         edges.append(node_edges)
         arrays.append((node_id, *dict.fromkeys(node.inputs)))
         extra.append(added)
-    return FusionFacts(tuple(reader), tuple(edges), tuple(arrays), tuple(extra))
+        broadcasts.append(spread)
+    return FusionFacts(*map(tuple, (reader, edges, arrays, extra, broadcasts)))
 
 
 def _edges(
     graph: Graph, node: Node, single: bool, step_of: dict[int, int]
-) -> tuple[tuple[tuple[int, int, int], ...], int]:
-    """(edges, extra candidate inputs) of `node` as a reader (FusionFacts)."""
+) -> tuple[tuple[tuple[int, int, int], ...], int, int]:
+    """(edges, extra candidate inputs, broadcasts) of `node` as a reader (FusionFacts)."""
     if OPS[node.op].boundary:
-        return (), 0
+        return (), 0, 0
     operands = [graph.node(i) for i in dict.fromkeys(node.inputs)]
     computed = [x for x in operands if not OPS[x.op].boundary]
     if single:
         mixed = len({x.dtype for x in operands} | {node.dtype}) > 1
-        edges, extra = [], _SINGLE.get(node.op, 0)
+        edges, extra, spread = [], _SINGLE.get(node.op, 0), 0
         for x in operands:
-            wrapped = int(mixed) + int(x.shape != node.shape)  # AsType, Broadcast
-            extra += wrapped
+            broadcast = int(x.shape != node.shape)
+            extra, spread = extra + int(mixed), spread + broadcast  # AsType, Broadcast
             if x in computed:
-                edges.append((step_of[x.id], REL, 1 + wrapped))
-        return tuple(edges), extra
+                edges.append((step_of[x.id], REL, 1 + int(mixed) + broadcast))
+        return tuple(edges), extra, spread
     chain = _chain(graph, node)
     if chain is not None:
         depth, inner, constants = chain
-        return tuple((step_of[x.id], REL, depth) for x in computed), inner + constants
-    if node.op in _OPAQUE:
-        return tuple((step_of[x.id], ABS, 1) for x in computed), 0
-    return tuple((step_of[x.id], UNKNOWN, MAX_DEPTH) for x in computed), 0
+        return tuple((step_of[x.id], REL, depth) for x in computed), inner + constants, 0
+    if node.op in _OPAQUE or node.op in _LAYOUT:
+        return tuple((step_of[x.id], ABS, 1) for x in computed), 0, 0
+    return tuple((step_of[x.id], UNKNOWN, MAX_DEPTH) for x in computed), 0, 0
 
 
 class SegmentFusion:
     """The absorbed nodes of a growing segment [start, ...) of one schedule, and the
     bytes they refund (module docstring). `add(step)` takes the next step and returns
     how much the segment's cost changes: the step's own bytes, less the nodes it lets
-    fuse, plus any refunded earlier that no longer fuse. Mutable: one per segment."""
+    fuse, plus any refunded earlier that no longer fuse; `pending` is the bytes of the
+    segment's nodes whose fusing reader is still to come (what a longer segment could
+    refund). Mutable: one per segment."""
 
     def __init__(self, facts: FusionFacts, sizes: Sequence[int], start: int) -> None:
         self.facts, self.sizes, self.start = facts, sizes, start
@@ -221,6 +233,7 @@ class SegmentFusion:
         self.candidates: dict[int, list[int]] = {}  # component root -> eligible steps
         self.absorbed: set[int] = set()
         self.count: dict[int, int] = {}  # component root -> how many are absorbed
+        self.pending = 0  # bytes of steps whose fusing reader is still to come
 
     def _find(self, step: int) -> int:
         while self.root[step] != step:
@@ -279,6 +292,9 @@ class SegmentFusion:
         for j, _, _ in facts.edges[step]:
             if j >= self.start and facts.reader[j] == step:
                 self.candidates[self._find(j)].append(j)
+                self.pending -= self.sizes[j]
+        if facts.reader[step] > step:
+            self.pending += self.sizes[step]
         delta = self.sizes[step]
         for component in {self._find(k) for k in touched}:
             delta += self._settle(component)
@@ -291,6 +307,11 @@ class SegmentFusion:
         candidates = self.candidates[component]
         shallow = [k for k in candidates if self.depth[k] < MAX_DEPTH]
         width = len(self.arrays[component]) - len(shallow) + self.extra[component]
+        width += sum(  # broadcasts that may sit at MAX_DEPTH (below a member, under a cast)
+            self.facts.broadcasts[k]
+            for k in self.members[component]
+            if self.depth[k] + 2 >= MAX_DEPTH
+        )
         fits = component not in self.unbounded and width < MAX_ARRAYS
         delta = 0
         for k in candidates:

@@ -191,41 +191,62 @@ def step_costs(graph: Graph, liveness: Liveness, aliasing: Aliasing) -> tuple[li
     return carried_bytes(graph, liveness), sizes
 
 
+# How many steps past its last fitting prefix a segment may look for a longer one that
+# fits again (refunds lower the cost when a fused chain completes): bounds the cut's
+# work at O(steps * LOOKAHEAD) while spanning any optimizer update's chain.
+LOOKAHEAD = 64
+
+
 def cut_steps(costs: Sequence[tuple[list, list, int]]) -> list[tuple[int, int, int]]:
     """(start, stop, cost under the first) of each segment of a greedy cut of the steps
     such that, under every (carried, sizes, budget) of `costs` (one schedule's
     `step_costs` at one or more lengths, each with its budget), each segment's cost is
-    at most the budget, except one-step segments, which may exceed it. Sizes that carry
-    fusion facts (`StepSizes`) are refunded what the segment fuses (fusion.py): the
-    running cost of every prefix, not only of the whole segment, stays a bound of what
-    MLX allocates, so the cut is made before the first step that would break one."""
+    at most the budget, except one-step segments, which may exceed it.
+
+    Sizes that carry fusion facts (`StepSizes`) are refunded what the segment fuses
+    (fusion.py), so a segment's cost can fall as it grows (a chain's last op refunds the
+    temporaries it fuses). Each segment therefore ends at its longest prefix that fits,
+    looking past a prefix that does not while the nodes still waiting for their fusing
+    reader could bring the cost back within the budget (at most LOOKAHEAD steps past the
+    last fit). Without fusion facts the cost only grows, and this is the plain greedy
+    cut before the first step that would exceed the budget."""
     count = len(costs[0][1])
     bounds, start = [], 0
-    running = [carried[0] if count else 0 for carried, _, _ in costs]
-    fused = [_opened(sizes, 0) for _, sizes, _ in costs]
-    for step in range(count):
-        trial = [total + add(step) for total, add in zip(running, fused, strict=True)]
-        if step > start and any(
-            total > budget for total, (_, _, budget) in zip(trial, costs, strict=True)
-        ):
-            bounds.append((start, step, running[0]))
-            start = step
-            fused = [_opened(sizes, step) for _, sizes, _ in costs]
-            trial = [
-                carried[step] + add(step) for (carried, _, _), add in zip(costs, fused, strict=True)
+    while start < count:
+        states = [_opened(sizes, start) for _, sizes, _ in costs]
+        running = [carried[start] for carried, _, _ in costs]
+        best = None
+        for step in range(start, count):
+            running = [
+                total + state.add(step) for total, state in zip(running, states, strict=True)
             ]
-        running = trial
-    if count:
-        bounds.append((start, count, running[0]))
+            budgets = [budget for _, _, budget in costs]
+            if best is None or all(t <= b for t, b in zip(running, budgets, strict=True)):
+                best = (step + 1, running[0])  # a lone step may exceed the budget
+            elif step + 1 - best[0] > LOOKAHEAD or any(
+                total - state.pending > budget
+                for total, state, budget in zip(running, states, budgets, strict=True)
+            ):
+                break
+        bounds.append((start, *best))
+        start = best[0]
     return bounds
 
 
-def _opened(sizes: Sequence[int], start: int) -> Callable[[int], int]:
-    """The cost change of adding each next step to a segment opened at `start`."""
+class _Unfused:
+    """A segment's cost changes when nothing is refunded: each step's own bytes."""
+
+    pending = 0
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        self.add = sizes.__getitem__
+
+
+def _opened(sizes: Sequence[int], start: int) -> SegmentFusion | _Unfused:
+    """The cost model of a segment opened at `start`: `add(step)` gives the cost change
+    of the next step, `pending` the bytes a later step could still refund."""
     facts = getattr(sizes, "fusion", None)
-    if facts is None:
-        return sizes.__getitem__
-    return SegmentFusion(facts, sizes, start).add
+    return _Unfused(sizes) if facts is None else SegmentFusion(facts, sizes, start)
 
 
 def segment_schedule(
