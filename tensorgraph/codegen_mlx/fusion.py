@@ -99,7 +99,8 @@ def fusion_enabled() -> bool:
     return not os.environ.get("MLX_DISABLE_COMPILE")
 
 
-def _is_single(graph: Graph, node: Node) -> bool:
+def is_single(graph: Graph, node: Node) -> bool:
+    """Whether `node`'s lowering is one fusable primitive (condition 1's `SINGLE`)."""
     if node.op in _SINGLE:
         return True
     first = graph.node(node.inputs[0]) if node.inputs else None
@@ -169,7 +170,7 @@ def fusion_facts(
             readers.setdefault(i, set()).add(node_id)
     outputs = set(graph.outputs)
     single = {i for i in steps if not OPS[graph.node(i).op].boundary and i not in guarded}
-    single = {i for i in single if _is_single(graph, graph.node(i))}
+    single = {i for i in single if is_single(graph, graph.node(i))}
     reader, edges, arrays, extra, broadcasts = [], [], [], [], []
     for node_id in steps:
         node = graph.node(node_id)
