@@ -71,6 +71,7 @@ _SINGLE = {
 }
 # fmt: on
 _FLOAT_SINGLE = {"floor", "ceil", "round", "remainder"}  # on integers: other lowerings
+_ROUNDING = {"floor", "ceil", "round", "trunc"}  # integers: the operand itself
 
 # Ops whose lowering reads each operand through fusable primitives only, at most `L`
 # deep below its own output (gelu's tanh form: 9 with an operand cast), or returns an
@@ -132,7 +133,7 @@ def _chain(graph: Graph, node: Node) -> tuple[int, int, int] | None:
     first = graph.node(node.inputs[0]) if node.inputs else None
     if node.op in _LAYOUT and first is not None and _is_identity(node, first):
         return _TRANSPARENT
-    if node.op in (*_FLOAT_SINGLE, "trunc") and not node.dtype.is_float:
+    if node.op in _ROUNDING and not node.dtype.is_float:
         return _TRANSPARENT  # integer rounding returns its operand
     if node.op in _FLOAT_CHAIN and first is not None and first.dtype.is_float:
         return _FLOAT_CHAIN[node.op]

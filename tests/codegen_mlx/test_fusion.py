@@ -10,9 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorgraph as tg
+from tensorgraph.codegen_mlx import fusion
 from tensorgraph.codegen_mlx.arrays import to_mx, to_numpy
 from tensorgraph.codegen_mlx.fusion import MAX_ARRAYS, MAX_DEPTH, SegmentFusion, is_single
+from tensorgraph.codegen_mlx.lowering import lowering_of
 from tensorgraph.codegen_mlx.segments import segment_schedule, step_costs, trace_segment
+from tensorgraph.ir.dtypes import DTYPES
+from tensorgraph.ir.node import Node
 from tensorgraph.runtime.kernels import constant_value
 from tests.codegen_mlx.fusion_strategies import fusible_graphs
 from tests.codegen_mlx.strategies import Case
@@ -166,7 +170,7 @@ def peak_of(trace, args: list[mx.array]) -> int:
 UNMODELLED = 64
 
 
-@settings(max_examples=25)
+@settings(max_examples=10)
 @given(fusible_graphs(), st.sampled_from((0.0, 0.5, 1.0, 3.0, 100.0)))
 def test_each_segment_allocates_at_most_its_cost_on_mlx(case: Case, fraction: float) -> None:
     # Every segment run alone on MLX (its inputs materialised first, a warm-up call to
@@ -203,3 +207,44 @@ def test_each_segment_allocates_at_most_its_cost_on_mlx(case: Case, fraction: fl
         assert got.shape == w.shape
         assert got.dtype == w.dtype
         np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5)
+
+
+def test_every_single_op_is_one_primitive_mlx_fuses() -> None:
+    # The model's SINGLE ops (fusion.is_single), each between two abs: unfused, the
+    # lowering makes one primitive besides operand casts and broadcasts; compiled, the
+    # three ops are one kernel.
+    values = {
+        "float32": mx.array(np.linspace(0.1, 0.9, 12, dtype=np.float32).reshape(3, 4)),
+        "int32": mx.array(np.arange(1, 13, dtype=np.int32).reshape(3, 4)),
+        "bool": mx.array(np.arange(12).reshape(3, 4) % 3 == 0),
+    }
+    compares = {"eq", "ne", "lt", "le", "gt", "ge"}
+    binary = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "atan2", "remainder"}
+    bits = {"bitwise_and", "bitwise_or", "bitwise_xor"}
+    logical = {"logical_and", "logical_or", "logical_xor"}
+    singles = sorted({*fusion._SINGLE, *fusion._FLOAT_SINGLE, "cast", "isnan"})
+    for op in singles:
+        kind = "int32" if op in {*bits, "bitwise_not"} else "float32"
+        kind = "bool" if op in {*logical, "logical_not"} else kind
+        arity = 2 if op in {*compares, *binary, *bits, *logical} else 1
+        args = (
+            [values["bool"], values[kind], values[kind]]
+            if op == "where"
+            else [values[kind]] * arity
+        )
+        out = "bool" if op in {*compares, *logical, "logical_not", "isnan"} else kind
+        dtype = tg.int32 if op == "cast" else DTYPES[out]
+        node = Node(id=9, op=op, inputs=range(len(args)), attrs={}, shape=(3, 4), dtype=dtype)
+        lower = lowering_of(node)
+        made = io.StringIO()
+        mx.export_to_dot(made, lower(node, args))
+        labels = re.findall(r'label ="([^"]+)"', made.getvalue())
+        own = [p for p in labels if p not in ("AsType", "Broadcast")]
+        assert len(own) == 1 or (op == "cast" and labels == ["AsType"]), (op, labels)
+
+        def between(*xs: mx.array, node: Node = node, lower=lower) -> list[mx.array]:
+            return [mx.abs(lower(node, [mx.abs(x) for x in xs]))]
+
+        ops = kernels(between, *args)
+        assert len(ops) == 1 and ops[0].startswith("Compiled"), (op, ops)
+    assert len(singles) == len(fusion._SINGLE) + len(fusion._FLOAT_SINGLE) + 2

@@ -127,6 +127,7 @@ def absorbed_bytes(prog: tg.Program, start: int, stop: int) -> int:
             if j >= start and kind == UNKNOWN:
                 unknown.add(k)
     absorbed = 0
+    sizes = step_costs(graph, lv, prog.aliasing)[1]
     for members in {id(g): g for g in group.values()}.values():
         eligible = [k for k in members if start <= k < facts.reader[k] < stop]
         shallow = [k for k in eligible if depth[k] < MAX_DEPTH]
@@ -134,7 +135,6 @@ def absorbed_bytes(prog: tg.Program, start: int, stop: int) -> int:
         width = len(arrays) - len(shallow) + sum(facts.extra[k] for k in members)
         if members & unknown or len(members) > MAX_COMPONENT or width >= MAX_ARRAYS:
             continue
-        sizes = step_costs(graph, lv, prog.aliasing)[1]
         absorbed += sum(sizes[k] for k in shallow)
     return absorbed
 
