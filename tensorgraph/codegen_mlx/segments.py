@@ -20,11 +20,15 @@ axis-0 slices and same-dtype casts share their input's buffer), plus the tempora
 its lowering is known to make outside any plan (`SCRATCH`: conv2d's NHWC copies and
 im2col matrix, a pool's padded copy) and any buffer the plan gives the step itself
 (a fused op's declared workspace). In-place nodes count as allocations: MLX donates a
-dying operand only when it can, so the cost does not under-estimate.
+dying operand only when it can, so the cost does not under-estimate. Less what
+mx.compile fuses: an elementwise node whose one reader is an elementwise op of its
+shape in the same segment is interior to a fused kernel and allocates nothing, within
+MLX's depth and kernel-input limits (fusion.py, which states the rules it mirrors).
 
-Segmentation (`segment_schedule`): greedy over the schedule, cutting before a step
-whose allocation would lift the running cost above `budget`, so every segment's worst
-case fits the budget. With the plan's arena as the budget, MLX's peak stays at the
+Segmentation (`segment_schedule`): greedy over the schedule, each segment ending at
+its longest prefix whose cost fits `budget` (a fused chain's last op lowers the cost,
+so the cut looks a little past a prefix that does not fit: `cut_steps`), so every
+segment's worst case fits the budget. With the plan's arena as the budget, MLX's peak stays at the
 arena, plus what MLX allocates outside any plan (a kernel's scratch); a larger budget
 buys fewer segments (the executor's choice: executor.segment_budget). A one-step
 segment costs at most that step's live bytes (<= lower bound <= arena) unless the step
