@@ -103,12 +103,18 @@ def test_a_chain_is_cut_where_the_arena_is_full(monkeypatch) -> None:
         np.testing.assert_allclose(got, want, rtol=57 * 2.4e-7)
 
 
-def absorbed_bytes(prog: tg.Program, start: int, stop: int) -> int:
+def fusion_model(prog: tg.Program) -> tuple:
+    """(fusion facts, step sizes) of `prog`'s schedule, for `absorbed_bytes`."""
+    graph, lv = prog.graph, prog.plan.liveness
+    facts = fusion_facts(graph, lv.steps, frozenset(n.id for n in device_guarded(graph)))
+    return facts, step_costs(graph, lv, prog.aliasing)[1]
+
+
+def absorbed_bytes(start: int, stop: int, model: tuple) -> int:
     """Bytes of the nodes that fusion.py's model absorbs in steps [start, stop), decided
     at once over the whole segment (the cut decides step by step): depth bounds by one
     sweep from the last step back, components by a union over the segment's edges."""
-    graph, lv = prog.graph, prog.plan.liveness
-    facts = fusion_facts(graph, lv.steps, frozenset(n.id for n in device_guarded(graph)))
+    facts, sizes = model
     inside = range(start, stop)
     depth = dict.fromkeys(inside, 0)
     for k in reversed(inside):
@@ -127,7 +133,6 @@ def absorbed_bytes(prog: tg.Program, start: int, stop: int) -> int:
             if j >= start and kind == UNKNOWN:
                 unknown.add(k)
     absorbed = 0
-    sizes = step_costs(graph, lv, prog.aliasing)[1]
     for members in {id(g): g for g in group.values()}.values():
         eligible = [k for k in members if start <= k < facts.reader[k] < stop]
         shallow = [k for k in eligible if depth[k] < MAX_DEPTH]
@@ -139,7 +144,7 @@ def absorbed_bytes(prog: tg.Program, start: int, stop: int) -> int:
     return absorbed
 
 
-def expected_cost(prog: tg.Program, start: int, stop: int) -> int:
+def expected_cost(prog: tg.Program, start: int, stop: int, model: tuple) -> int:
     """A segment's cost recomputed from its definition: bytes of arena buffers born
     before `start` (boundary buffers: always) and read at or after it, plus each of its
     nodes' bytes unless a view or a boundary node (the random graphs have no conv or
@@ -156,7 +161,7 @@ def expected_cost(prog: tg.Program, start: int, stop: int) -> int:
         alias = prog.aliasing.of(node_id)
         if node_id not in boundary and not (alias and alias.kind == "view"):
             made += graph.node(node_id).nbytes
-    return carried + made - absorbed_bytes(prog, start, stop)
+    return carried + made - absorbed_bytes(start, stop, model)
 
 
 @given(graphs(), st.floats(0, 2.5))
@@ -164,6 +169,7 @@ def test_segments_partition_the_schedule_within_the_budget(graph, fraction) -> N
     prog = tg.compile(graph)
     budget = int(fraction * prog.plan.arena_size)
     segments = cut(prog, budget)
+    model = fusion_model(prog)
     steps = prog.order
     assert segments[0].start == 0 and segments[-1].stop == len(steps)
     for before, after in itertools.pairwise(segments):
@@ -175,7 +181,7 @@ def test_segments_partition_the_schedule_within_the_budget(graph, fraction) -> N
     }
     outputs = set(prog.graph.outputs)
     for s in segments:
-        assert s.cost == expected_cost(prog, s.start, s.stop)
+        assert s.cost == expected_cost(prog, s.start, s.stop, model)
         assert s.stop - s.start == 1 or s.cost <= budget  # only a lone step may exceed it
         computed = [
             i
@@ -193,7 +199,7 @@ def test_segments_partition_the_schedule_within_the_budget(graph, fraction) -> N
         assert set(s.outputs) == read_later
         dying = {i for i in s.inputs if i not in outputs and all(r < s.stop for r in readers[i])}
         assert set(s.released) == dying
-    if budget >= expected_cost(prog, 0, len(steps)):  # the running cost never exceeds it
+    if budget >= expected_cost(prog, 0, len(steps), model):  # the running cost never exceeds it
         assert len(segments) == 1
 
 
