@@ -20,11 +20,15 @@ axis-0 slices and same-dtype casts share their input's buffer), plus the tempora
 its lowering is known to make outside any plan (`SCRATCH`: conv2d's NHWC copies and
 im2col matrix, a pool's padded copy) and any buffer the plan gives the step itself
 (a fused op's declared workspace). In-place nodes count as allocations: MLX donates a
-dying operand only when it can, so the cost does not under-estimate.
+dying operand only when it can, so the cost does not under-estimate. Less what
+mx.compile fuses: an elementwise node whose one reader is an elementwise op of its
+shape in the same segment is interior to a fused kernel and allocates nothing, within
+MLX's depth and kernel-input limits (fusion.py, which states the rules it mirrors).
 
-Segmentation (`segment_schedule`): greedy over the schedule, cutting before a step
-whose allocation would lift the running cost above `budget`, so every segment's worst
-case fits the budget. With the plan's arena as the budget, MLX's peak stays at the
+Segmentation (`segment_schedule`): greedy over the schedule, each segment ending at
+its longest prefix whose cost fits `budget` (a fused chain's last op lowers the cost,
+so the cut looks a little past a prefix that does not fit: `cut_steps`), so every
+segment's worst case fits the budget. With the plan's arena as the budget, MLX's peak stays at the
 arena, plus what MLX allocates outside any plan (a kernel's scratch); a larger budget
 buys fewer segments (the executor's choice: executor.segment_budget). A one-step
 segment costs at most that step's live bytes (<= lower bound <= arena) unless the step
@@ -49,6 +53,12 @@ from collections.abc import Callable, Mapping, Sequence
 import mlx.core as mx
 from attrs import field, frozen
 
+from tensorgraph.codegen_mlx.fusion import (
+    FusionFacts,
+    SegmentFusion,
+    fusion_enabled,
+    fusion_facts,
+)
 from tensorgraph.codegen_mlx.guards import device_guarded, raise_if_broken, verdict
 from tensorgraph.codegen_mlx.lowering import lowering_of
 from tensorgraph.ir.graph import Graph
@@ -159,39 +169,88 @@ def carried_bytes(graph: Graph, liveness: Liveness) -> list[int]:
     return carried
 
 
-def step_costs(graph: Graph, liveness: Liveness, aliasing: Aliasing) -> tuple[list, list]:
+class StepSizes(list):
+    """The bytes each step allocates (a list, as `cut_steps` always took), with the
+    schedule's `fusion.FusionFacts` beside it (`fusion`; None: no fusion is modelled)
+    so that the cut refunds what mx.compile fuses."""
+
+    fusion: FusionFacts | None = None
+
+
+def step_costs(graph: Graph, liveness: Liveness, aliasing: Aliasing) -> tuple[list, StepSizes]:
     """(`carried(s)`, the bytes step s allocates) for every step s of the planned
     schedule (module docstring): a node's `allocation` plus any buffer of no node (a
-    fused op's declared workspace, live at its step only)."""
+    fused op's declared workspace, live at its step only). The sizes carry the
+    schedule's fusion facts (`StepSizes`) unless MLX's compiler is told not to fuse."""
     steps = liveness.steps
     nodes = {n.id for n in graph.nodes}
     extra = [0] * len(steps)
     for buffer in liveness.buffers:
         if buffer.id not in nodes:
             extra[buffer.start] += buffer.size
-    sizes = [allocation(graph, aliasing, i) + extra[k] for k, i in enumerate(steps)]
+    sizes = StepSizes(allocation(graph, aliasing, i) + extra[k] for k, i in enumerate(steps))
+    if fusion_enabled():
+        guarded = frozenset(n.id for n in device_guarded(graph))
+        sizes.fusion = fusion_facts(graph, steps, guarded)
     return carried_bytes(graph, liveness), sizes
+
+
+# How many steps past its last fitting prefix a segment may look for a longer one that
+# fits again (refunds lower the cost when a fused chain completes): bounds the cut's
+# work at O(steps * LOOKAHEAD) while spanning any optimizer update's chain.
+LOOKAHEAD = 64
 
 
 def cut_steps(costs: Sequence[tuple[list, list, int]]) -> list[tuple[int, int, int]]:
     """(start, stop, cost under the first) of each segment of a greedy cut of the steps
     such that, under every (carried, sizes, budget) of `costs` (one schedule's
     `step_costs` at one or more lengths, each with its budget), each segment's cost is
-    at most the budget, except one-step segments, which may exceed it."""
+    at most the budget, except one-step segments, which may exceed it.
+
+    Sizes that carry fusion facts (`StepSizes`) are refunded what the segment fuses
+    (fusion.py), so a segment's cost can fall as it grows (a chain's last op refunds the
+    temporaries it fuses). Each segment therefore ends at its longest prefix that fits,
+    looking past a prefix that does not while the nodes still waiting for their fusing
+    reader could bring the cost back within the budget (at most LOOKAHEAD steps past the
+    last fit). Without fusion facts the cost only grows, and this is the plain greedy
+    cut before the first step that would exceed the budget."""
     count = len(costs[0][1])
     bounds, start = [], 0
-    running = [carried[0] if count else 0 for carried, _, _ in costs]
-    for step in range(count):
-        if step > start and any(
-            total + sizes[step] > budget
-            for total, (_, sizes, budget) in zip(running, costs, strict=True)
-        ):
-            bounds.append((start, step, running[0]))
-            start, running = step, [carried[step] for carried, _, _ in costs]
-        running = [total + sizes[step] for total, (_, sizes, _) in zip(running, costs, strict=True)]
-    if count:
-        bounds.append((start, count, running[0]))
+    while start < count:
+        states = [_opened(sizes, start) for _, sizes, _ in costs]
+        running = [carried[start] for carried, _, _ in costs]
+        best = None
+        for step in range(start, count):
+            running = [
+                total + state.add(step) for total, state in zip(running, states, strict=True)
+            ]
+            budgets = [budget for _, _, budget in costs]
+            if best is None or all(t <= b for t, b in zip(running, budgets, strict=True)):
+                best = (step + 1, running[0])  # a lone step may exceed the budget
+            elif step + 1 - best[0] > LOOKAHEAD or any(
+                total - state.pending > budget
+                for total, state, budget in zip(running, states, budgets, strict=True)
+            ):
+                break
+        bounds.append((start, *best))
+        start = best[0]
     return bounds
+
+
+class _Unfused:
+    """A segment's cost changes when nothing is refunded: each step's own bytes."""
+
+    pending = 0
+
+    def __init__(self, sizes: Sequence[int]) -> None:
+        self.add = sizes.__getitem__
+
+
+def _opened(sizes: Sequence[int], start: int) -> SegmentFusion | _Unfused:
+    """The cost model of a segment opened at `start`: `add(step)` gives the cost change
+    of the next step, `pending` the bytes a later step could still refund."""
+    facts = getattr(sizes, "fusion", None)
+    return _Unfused(sizes) if facts is None else SegmentFusion(facts, sizes, start)
 
 
 def segment_schedule(

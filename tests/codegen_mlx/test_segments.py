@@ -10,10 +10,21 @@ from hypothesis import strategies as st
 
 import tensorgraph as tg
 from tensorgraph.codegen_mlx.arrays import to_mx, to_numpy
+from tensorgraph.codegen_mlx.fusion import (
+    ABS,
+    MAX_ARRAYS,
+    MAX_COMPONENT,
+    MAX_DEPTH,
+    REL,
+    UNKNOWN,
+    fusion_facts,
+)
+from tensorgraph.codegen_mlx.guards import device_guarded
 from tensorgraph.codegen_mlx.segments import (
     Segment,
     run_segments,
     segment_schedule,
+    step_costs,
     trace_segment,
 )
 from tensorgraph.runtime.kernels import constant_value
@@ -41,19 +52,22 @@ def run_cut(prog: tg.Program, segments, feeds: dict[str, np.ndarray]) -> list[np
     return [to_numpy(r) for r in results]
 
 
-def test_a_chain_is_cut_where_the_arena_is_full() -> None:
+def test_a_chain_is_cut_where_the_arena_is_full(monkeypatch) -> None:
     # x (input, 1024 float32 = 4096 B) -> a = exp(x) -> b = exp(a) -> c = exp(b), output.
     # Steps 0..3 run x, a, b, c; b and c write in place over a (reinplace), so the
     # buffers are x [0, 2) and a [1, 4): arena 8192 B. Carried bytes: x from step 0 (an
     # input), a from step 2, so carried = 4096 at every step. Every exp allocates 4096
-    # (in-place writes counted). With budget 8192: [x, a] costs 4096 + 0 + 4096 = 8192;
-    # adding b would make 12288, so cut; [b] costs carried 4096 + 4096, and so does [c].
+    # (in-place writes counted).
+    # Without fusion (MLX_DISABLE_COMPILE): with budget 8192, [x, a] costs 4096 + 0 +
+    # 4096 = 8192; adding b would make 12288, so cut; [b] costs carried 4096 + 4096, and
+    # so does [c].
     g = tg.Graph("chain")
     x = g.input("x", (1024,), tg.float32)
     g.output(tg.exp(tg.exp(tg.exp(x))))
     prog = tg.compile(g)
     assert prog.plan.arena_size == 8192
     ids = prog.order
+    monkeypatch.setenv("MLX_DISABLE_COMPILE", "1")
     segments = cut(prog, 8192)
     assert [(s.start, s.stop, s.cost) for s in segments] == [
         (0, 2, 8192),
@@ -67,8 +81,21 @@ def test_a_chain_is_cut_where_the_arena_is_full() -> None:
     ]
     # 4096 carried + 3 * 4096 allocated: a budget of 16384 takes the whole schedule.
     assert [(s.start, s.stop) for s in cut(prog, 16384)] == [(0, 4)]
+    unfused = [cut(prog, 0), cut(prog, 8192), cut(prog, 16384)]
+    monkeypatch.delenv("MLX_DISABLE_COMPILE")
+    # With fusion: mx.compile makes exp(exp(exp(x))) one kernel (a and b each have one
+    # reader, an exp of their shape, in the segment): [x, a] costs 8192 as before; b
+    # adds 4096 and refunds a's 4096; c adds 4096 and refunds b's: still 8192, so the
+    # whole chain is one segment at carried + one buffer.
+    assert [(s.start, s.stop, s.cost) for s in cut(prog, 8192)] == [(0, 4, 8192)]
+    assert [(s.start, s.stop, s.cost) for s in cut(prog, 8191)] == [
+        (0, 1, 4096),  # carried 4096 + x (boundary) 0; a would make 8192 > 8191
+        (1, 2, 8192),  # a lone step may exceed the budget; b would not refund a in time
+        (2, 3, 8192),
+        (3, 4, 8192),
+    ]
     value = np.linspace(-1, 1, 1024, dtype=np.float32)
-    for segments in (cut(prog, 0), cut(prog, 8192), cut(prog, 16384)):
+    for segments in (*unfused, cut(prog, 8192)):
         got = run_cut(prog, segments, {"x": value})[0]
         # float32 exp is good to ~2 ulp (2.4e-7); x <= 1 gives a = e^x <= 2.72 and
         # b = e^a <= 15.2, so the error compounds to (1 + b + a b) ~ 57 times that.
@@ -76,11 +103,53 @@ def test_a_chain_is_cut_where_the_arena_is_full() -> None:
         np.testing.assert_allclose(got, want, rtol=57 * 2.4e-7)
 
 
-def expected_cost(prog: tg.Program, start: int, stop: int) -> int:
+def fusion_model(prog: tg.Program) -> tuple:
+    """(fusion facts, step sizes) of `prog`'s schedule, for `absorbed_bytes`."""
+    graph, lv = prog.graph, prog.plan.liveness
+    facts = fusion_facts(graph, lv.steps, frozenset(n.id for n in device_guarded(graph)))
+    return facts, step_costs(graph, lv, prog.aliasing)[1]
+
+
+def absorbed_bytes(start: int, stop: int, model: tuple) -> int:
+    """Bytes of the nodes that fusion.py's model absorbs in steps [start, stop), decided
+    at once over the whole segment (the cut decides step by step): depth bounds by one
+    sweep from the last step back, components by a union over the segment's edges."""
+    facts, sizes = model
+    inside = range(start, stop)
+    depth = dict.fromkeys(inside, 0)
+    for k in reversed(inside):
+        for j, kind, value in facts.edges[k]:
+            if j >= start:
+                reach = {REL: depth[k] + value, ABS: value, UNKNOWN: MAX_DEPTH}[kind]
+                depth[j] = min(max(depth[j], reach), MAX_DEPTH)
+    group = {k: {k} for k in inside}
+    unknown = set()
+    for k in inside:
+        for j, kind, _ in facts.edges[k]:
+            if j >= start and kind != ABS and group[j] is not group[k]:
+                merged = group[j] | group[k]
+                for m in merged:
+                    group[m] = merged
+            if j >= start and kind == UNKNOWN:
+                unknown.add(k)
+    absorbed = 0
+    for members in {id(g): g for g in group.values()}.values():
+        eligible = [k for k in members if start <= k < facts.reader[k] < stop]
+        shallow = [k for k in eligible if depth[k] < MAX_DEPTH]
+        arrays = {i for k in members for i in facts.arrays[k]}
+        width = len(arrays) - len(shallow) + sum(facts.extra[k] for k in members)
+        if members & unknown or len(members) > MAX_COMPONENT or width >= MAX_ARRAYS:
+            continue
+        absorbed += sum(sizes[k] for k in shallow)
+    return absorbed
+
+
+def expected_cost(prog: tg.Program, start: int, stop: int, model: tuple) -> int:
     """A segment's cost recomputed from its definition: bytes of arena buffers born
     before `start` (boundary buffers: always) and read at or after it, plus each of its
     nodes' bytes unless a view or a boundary node (the random graphs have no conv or
-    pool, so no scratch), plus buffers of no node (workspaces) born in the segment."""
+    pool, so no scratch), plus buffers of no node (workspaces) born in the segment, less
+    what fusion absorbs (`absorbed_bytes`)."""
     graph, lv = prog.graph, prog.plan.liveness
     kinds = {n.id: n.op for n in graph.nodes}
     boundary = {i for i, op in kinds.items() if op in ("input", "param", "constant")}
@@ -92,7 +161,7 @@ def expected_cost(prog: tg.Program, start: int, stop: int) -> int:
         alias = prog.aliasing.of(node_id)
         if node_id not in boundary and not (alias and alias.kind == "view"):
             made += graph.node(node_id).nbytes
-    return carried + made
+    return carried + made - absorbed_bytes(start, stop, model)
 
 
 @given(graphs(), st.floats(0, 2.5))
@@ -100,6 +169,7 @@ def test_segments_partition_the_schedule_within_the_budget(graph, fraction) -> N
     prog = tg.compile(graph)
     budget = int(fraction * prog.plan.arena_size)
     segments = cut(prog, budget)
+    model = fusion_model(prog)
     steps = prog.order
     assert segments[0].start == 0 and segments[-1].stop == len(steps)
     for before, after in itertools.pairwise(segments):
@@ -111,7 +181,7 @@ def test_segments_partition_the_schedule_within_the_budget(graph, fraction) -> N
     }
     outputs = set(prog.graph.outputs)
     for s in segments:
-        assert s.cost == expected_cost(prog, s.start, s.stop)
+        assert s.cost == expected_cost(prog, s.start, s.stop, model)
         assert s.stop - s.start == 1 or s.cost <= budget  # only a lone step may exceed it
         computed = [
             i
@@ -129,7 +199,7 @@ def test_segments_partition_the_schedule_within_the_budget(graph, fraction) -> N
         assert set(s.outputs) == read_later
         dying = {i for i in s.inputs if i not in outputs and all(r < s.stop for r in readers[i])}
         assert set(s.released) == dying
-    if budget >= expected_cost(prog, 0, len(steps)):  # the running cost never exceeds it
+    if budget >= expected_cost(prog, 0, len(steps), model):  # the running cost never exceeds it
         assert len(segments) == 1
 
 
