@@ -364,7 +364,7 @@ def compile_to_budget(
             prog = plan(single.emit)
             if prog.plan.arena_size <= budget:
                 best = (single, prog)
-        elif single is not None and best[0].method == "milp-single":
+        if single is not None and best[0] is not single and best[0].method == "milp-single":
             best = (evolve(best[0], gap=proven(best[0].flops, single)), best[1])
     if best is not None:
         certificate = certificates[best_trial]

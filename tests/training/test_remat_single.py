@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+from attrs import evolve
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -154,3 +155,13 @@ def test_no_single_copy_search_runs_below_the_least_memory_the_model_knows(monke
     with pytest.raises(tg.PlanError, match="smallest budget found feasible"):
         tg.compile(grads, memory_budget=1024)
     assert budgets and min(budgets) >= 0
+
+
+def test_a_deeper_single_copy_solve_states_the_gap_of_the_trials_point():
+    """`proven`: the deeper solve's dual bound is its FLOPs times (1 - its gap); a point
+    at or below it is certified (gap 0), a dearer one is (flops - bound) / flops."""
+    deeper = remat_milp.RematChoice(frozenset(), {}, 100, 0, "milp-single", 0.25)  # bound 75
+    assert tg_remat.proven(75, deeper) == 0.0
+    assert tg_remat.proven(150, deeper) == pytest.approx(0.5)
+    assert tg_remat.proven(100, evolve(deeper, gap=0.0)) == 0.0
+    assert tg_remat.proven(100, evolve(deeper, gap=None)) is None
