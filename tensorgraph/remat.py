@@ -27,11 +27,15 @@ Steps:
    "milp" bounds every multi-copy point, "milp-single" only the single-copy ones;
 4. rewrite (copies emitted before their backward readers), schedule (with the smaller
    search budget TRIAL_SCHEDULE_BUDGET), plan, and bisect the model budget on whether
-   the placed arena fits (MAX_ATTEMPTS points at most), keeping the fitting point of
-   fewest FLOPs; where the full program was too large to solve at every trial, solve
-   it once at the model budget that point was chosen at (up to CERTIFY_MAX_VARIABLES):
-   its dual bound gives the report's `full_gap`, and a cheaper point it finds is
-   planned;
+   the placed arena fits (MAX_ATTEMPTS points at most, the first within the bracket:
+   no less than the least memory the model knows), keeping the fitting point of
+   fewest FLOPs; the single-copy program runs under TRIAL_SINGLE_NODE_LIMIT nodes at
+   each trial and, where that cut it short at the model budget the point was chosen
+   at, once more there with its full node limit (a cheaper point it finds is planned,
+   and it states the gap of a single-copy answer); where the full program was too
+   large to solve at every trial, solve it once at that model budget too (up to
+   CERTIFY_MAX_VARIABLES): its dual bound gives the report's `full_gap`, and a cheaper
+   point it finds is planned;
 5. plan the fixed fallbacks too, checkpoint-every-layer (keep only the inputs of each
    forward matmul and convolution, each recomputed segment copied once) and
    recompute-all (every candidate recomputed, a fresh copy at each read: the least
@@ -71,6 +75,18 @@ MAX_ATTEMPTS = 5
 # and little search) a plan takes 1.4 s and 1.7 s, and the ResNet-18 keep-everything
 # arena is 0.7% larger.
 TRIAL_SCHEDULE_BUDGET = 5_000
+# Branch-and-bound nodes of the single-copy program at each bisection trial; at the
+# answer's model budget, where this limit cut the search short, it is solved again with
+# its full limit (SINGLE_NODE_LIMIT), which certifies the point or finds a cheaper one.
+# The search finds its points early and spends the rest proving them: on Llama's step
+# at a model budget of 1,989,000 B the optimum (13,058,048 FLOPs) was found at node 196
+# (17.8 s; 13,062,144 at node 0) and proven at node 1,389 (70.8 s); GPT-2's halfway
+# optimum at the root's end (4.7 s), proven at node 95 (14.8 s). Where the program is
+# infeasible but its relaxation is not, the full limit ran for more than 8 minutes (GPT-2
+# near its half budget): a trial stops after this many nodes and takes the other
+# methods' points. Trade-off: a single-copy point that needs more nodes than this to be
+# found is found only at the answer's model budget.
+TRIAL_SINGLE_NODE_LIMIT = 200
 
 
 @frozen
@@ -172,9 +188,12 @@ def choices(model: RematModel, budget: int) -> list[RematChoice]:
     return solve_all(model, budget)[0]
 
 
-def solve_all(model: RematModel, budget: int) -> tuple[list[RematChoice], Certificate]:
+def solve_all(
+    model: RematModel, budget: int, single_node_limit: int | None = None
+) -> tuple[list[RematChoice], Certificate, RematChoice | None]:
     """The points the full integer program (when at most MAX_VARIABLES), the
-    single-copy program (when at most SINGLE_MAX_VARIABLES) and the heuristic answer
+    single-copy program (when at most SINGLE_MAX_VARIABLES, under `single_node_limit`
+    branch-and-bound nodes, None: SINGLE_NODE_LIMIT) and the heuristic answer
     for a model budget of `budget` bytes, fewest FLOPs first (on a tie the full
     program, then the single-copy one), each distinct set of copies once. Each fits
     its own method's rows, and each method's rows bound `RematModel.profile`'s peak
@@ -185,12 +204,15 @@ def solve_all(model: RematModel, budget: int) -> tuple[list[RematChoice], Certif
     model's liveness differently, so neither's rows contain all the other's points, and
     it is cheap wherever the full one is small enough. Deterministic (node and work
     limits). Also the full program's `Certificate` (its bound None where it has more
-    than MAX_VARIABLES variables and was not solved)."""
+    than MAX_VARIABLES variables and was not solved), and the single-copy program's
+    point (None: none found)."""
     from tensorgraph.planner.remat_milp import certify, solve_greedy
-    from tensorgraph.planner.remat_single import solve_single_copy
+    from tensorgraph.planner.remat_single import SINGLE_NODE_LIMIT, solve_single_copy
 
     certificate = certify(model, budget)
-    found = (certificate.point, solve_single_copy(model, budget))
+    limit = SINGLE_NODE_LIMIT if single_node_limit is None else single_node_limit
+    single = solve_single_copy(model, budget, limit)
+    found = (certificate.point, single)
     fit = [c for c in (*found, solve_greedy(model, budget)) if c is not None]
     rank = {"milp": 0, "milp-single": 1, "greedy": 2}
     fit.sort(key=lambda c: (c.flops, rank[c.method]))
@@ -201,7 +223,7 @@ def solve_all(model: RematModel, budget: int) -> tuple[list[RematChoice], Certif
         if key not in seen:
             seen.add(key)
             out.append(c)
-    return out, certificate
+    return out, certificate, single
 
 
 def choose(model: RematModel, budget: int) -> RematChoice | None:
@@ -229,6 +251,7 @@ def compile_to_budget(
         RematChoice,
         certify,
     )
+    from tensorgraph.planner.remat_single import solve_single_copy
 
     keep = finish(rewritten)
     keep_arena = keep.plan.arena_size
@@ -286,15 +309,22 @@ def compile_to_budget(
     best: tuple[RematChoice, object] | None = None
     best_trial = 0  # the model budget `best` was chosen at
     certificates: dict[int, Certificate] = {}  # trial -> the full program's there
+    cut_short: set[int] = set()  # trials whose single-copy point the node limit cut short
     fitting: int | None = None
     for attempt in range(MAX_ATTEMPTS):
         if attempt == 0:
-            trial = min(target, too_big - alignment)
+            # Within the bracket: below the least memory the model knows (`too_small`)
+            # no method but the single-copy program's search could answer, and there it
+            # ran to its node limit proving infeasibility (over 8 minutes at GPT-2's
+            # half budget).
+            trial = max(too_small + 1, min(target, too_big - alignment))
         else:
             trial = ((too_small if fitting is None else fitting) + too_big) // 2
         if too_big - (too_small if fitting is None else fitting) <= alignment:
             break
-        found, certificates[trial] = solve_all(model, trial)
+        found, certificates[trial], single = solve_all(model, trial, TRIAL_SINGLE_NODE_LIMIT)
+        if single is not None and single.gap != 0.0:
+            cut_short.add(trial)
         if not found:
             too_small = trial
             continue
@@ -326,6 +356,16 @@ def compile_to_budget(
     # every trial (CERTIFY_MAX_VARIABLES, CERTIFY_WORK): its dual bound states the
     # answer's gap on the full model, and a cheaper point it finds is planned.
     certificate = None
+    if best is not None and best_trial in cut_short:
+        # The single-copy program at the answer's model budget with its full node
+        # limit: it certifies the trial's point or finds a cheaper one, planned.
+        single = solve_single_copy(model, best_trial)
+        if single is not None and single.flops < best[0].flops:
+            prog = plan(single.emit)
+            if prog.plan.arena_size <= budget:
+                best = (single, prog)
+        if single is not None and best[0] is not single and best[0].method == "milp-single":
+            best = (evolve(best[0], gap=proven(best[0].flops, single)), best[1])
     if best is not None:
         certificate = certificates[best_trial]
         if certificate.bound is None:
@@ -369,6 +409,16 @@ def compile_to_budget(
         f"rematerialisation found; the smallest budget found feasible is {smallest} B "
         f"({how}; keeping every value needs {keep_arena} B)"
     )
+
+
+def proven(flops: int, single: RematChoice) -> float | None:
+    """The single-copy gap of a point of `flops` FLOPs against the dual bound of
+    `single`, a solve of the single-copy program at the point's own model budget (the
+    bound: its FLOPs times 1 - its gap); None without a bound."""
+    if single.gap is None:
+        return None
+    bound = single.flops * (1.0 - single.gap)
+    return 0.0 if flops <= bound else (flops - bound) / flops
 
 
 def _search_finished(prog: object, own: int | None) -> bool:

@@ -130,10 +130,11 @@ def solve_single_copy(
             if starts[j] > horizon[u]:
                 break
             a = var(("a", u, j), True)
-            rows.append(({a: 1, r: -1}, -np.inf, 0))
             if prev is not None:
                 rows.append(({prev: 1, a: -1}, -np.inf, 0))
             prev = a
+        if prev is not None:  # a <= r at the chain's end bounds every earlier a
+            rows.append(({prev: 1, r: -1}, -np.inf, 0))
         if model.first_use[u] is not None:
             rows.append(({names[("a", u, seg_of[model.first_use[u]])]: 1, r: -1}, 0, np.inf))
 
@@ -162,10 +163,13 @@ def solve_single_copy(
                 continue
             # The original.
             terms: list[tuple[dict[int, float], float]] = []
-            if last is not None and s <= last:
+            # Until u's last backward reader, keep >= 1 - r[u] bounds every reader's
+            # row (r[v] - r[u] - a[v] <= 1 - r[u]): those rows are left out.
+            needed = last is not None and s <= last
+            if needed:
                 terms.append(({ru: 1}, 1.0))  # keep + r >= 1
             for v in readers_u:
-                if s > horizon[v]:
+                if needed or s > horizon[v]:
                     continue
                 row = {names[("r", v)]: -1.0}
                 if ru is not None:
@@ -190,10 +194,13 @@ def solve_single_copy(
             if a is None:
                 continue
             terms = []
-            if last is not None and s <= last:
+            # Until u's last backward reader, copy >= a bounds every reader's row
+            # (a[u] + r[v] - 1 - a[v] <= a[u]): those rows are left out.
+            needed = last is not None and s <= last
+            if needed:
                 terms.append(({a: -1}, 0.0))
             for v in readers_u:
-                if s > horizon[v]:
+                if needed or s > horizon[v]:
                     continue
                 row = {a: -1.0, names[("r", v)]: -1.0}
                 prev = a_at(v, j - 1)

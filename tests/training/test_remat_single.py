@@ -11,11 +11,13 @@ import json
 
 import numpy as np
 import pytest
+from attrs import evolve
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorgraph as tg
-from tensorgraph.planner import remat_milp
+from tensorgraph import remat as tg_remat
+from tensorgraph.planner import remat_milp, remat_single
 from tensorgraph.planner.remat_single import solve_single_copy
 from tensorgraph.remat import RematReport, choose
 from tests.training.remat_strategies import layered_networks
@@ -110,3 +112,56 @@ def test_a_report_saved_before_copies_were_stored_loads_with_none_counted():
     raw = RematReport(100, "greedy", 42, (3,), (), None, 96, 128, 0.5, 4).to_dict()
     del raw["copies"]
     assert RematReport.from_dict(raw).copies == 0
+
+
+def test_a_trial_cut_short_is_certified_at_the_answers_model_budget(no_full_program, monkeypatch):
+    """The bisection's single-copy searches stop after TRIAL_SINGLE_NODE_LIMIT nodes; at
+    the answer's model budget the program is solved again with its full limit, so the
+    answer is still certified (gap 0) when every trial stops at the root."""
+    monkeypatch.setattr(tg_remat, "TRIAL_SINGLE_NODE_LIMIT", 1)
+    limits: list[int] = []
+    solve = remat_single.solve_single_copy
+
+    def recorded(model, budget, node_limit=remat_single.SINGLE_NODE_LIMIT):
+        limits.append(node_limit)
+        return solve(model, budget, node_limit)
+
+    monkeypatch.setattr(remat_single, "solve_single_copy", recorded)
+    grads, keep, layers = deep_mlp_programs()
+    budget = halfway(keep, layers)
+    prog = tg.compile(grads, memory_budget=budget)
+    assert 1 in limits  # the trials ran under the trial limit
+    assert prog.remat.method == "milp-single" and prog.remat.gap == 0.0
+    assert 0 < prog.remat.recompute_flops < layers.remat.recompute_flops
+    feeds = feeds_for(grads)
+    check_program(prog, budget, keep.run(*feeds, backend="numpy"), feeds)
+
+
+def test_no_single_copy_search_runs_below_the_least_memory_the_model_knows(monkeypatch):
+    """Regression: the first bisection trial was the scaled budget even below the model's
+    least memory (recompute-all's peak), where only the single-copy search could answer
+    and ran to its node limit proving infeasibility (8+ minutes at GPT-2's half budget).
+    A budget far below every arena still names the smallest feasible one."""
+    budgets: list[int] = []
+    solve = remat_single.solve_single_copy
+
+    def recorded(model, budget, node_limit=remat_single.SINGLE_NODE_LIMIT):
+        everything = frozenset(model.candidates)
+        budgets.append(budget - model.peak(everything, everything))
+        return solve(model, budget, node_limit)
+
+    monkeypatch.setattr(remat_single, "solve_single_copy", recorded)
+    grads, _, _ = deep_mlp_programs()
+    with pytest.raises(tg.PlanError, match="smallest budget found feasible"):
+        tg.compile(grads, memory_budget=1024)
+    assert budgets and min(budgets) >= 0
+
+
+def test_a_deeper_single_copy_solve_states_the_gap_of_the_trials_point():
+    """`proven`: the deeper solve's dual bound is its FLOPs times (1 - its gap); a point
+    at or below it is certified (gap 0), a dearer one is (flops - bound) / flops."""
+    deeper = remat_milp.RematChoice(frozenset(), {}, 100, 0, "milp-single", 0.25)  # bound 75
+    assert tg_remat.proven(75, deeper) == 0.0
+    assert tg_remat.proven(150, deeper) == pytest.approx(0.5)
+    assert tg_remat.proven(100, evolve(deeper, gap=0.0)) == 0.0
+    assert tg_remat.proven(100, evolve(deeper, gap=None)) is None
