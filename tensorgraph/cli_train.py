@@ -15,11 +15,13 @@ optimizer moments are states updated in place by every call. The data come from
 Printed: the plan's memory (arena, the state region holding weights and optimizer
 state, constants, I/O), the recompute overhead (0 without `--memory-budget`: every value
 the backward reads is kept; with it, `tg.compile(memory_budget=)`'s choice: the FLOPs
-recomputed per step and what chose them), then one progress line per step with its loss
-and samples (or tokens) per second, and a summary. `--plot DIR` writes the loss curve as
-`DIR/<model>_loss.png`, then sweeps `--tradeoff-points` memory budgets over the same
-step, prints each point (arena, recompute FLOPs) and writes the arena-against-recompute
-plot as `DIR/<model>_tradeoff.png` (tensorgraph/cli_tradeoff.py). Bad input (an unknown
+recomputed per step and what chose them; the step is then built with
+`train_step(expand=False)`, which keeps fewer values for the backward), then one progress
+line per step with its loss and samples (or tokens) per second, and a summary. `--plot
+DIR` writes the loss curve as `DIR/<model>_loss.png`, then sweeps `--tradeoff-points`
+memory budgets over the step as `--memory-budget` builds it, prints each point (arena,
+recompute FLOPs) and writes the arena-against-recompute plot as
+`DIR/<model>_tradeoff.png` (tensorgraph/cli_tradeoff.py). Bad input (an unknown
 or untrainable model, a non-positive learning rate, step count or batch) is one line and
 exit 2, as every command's.
 """
@@ -168,9 +170,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     task = training_task(args.model, config, args.seed)
     optimizer = make_optimizer(args.optimizer, args.lr)
     print(f"compiling the training step of {args.model} ({args.optimizer}) ...", flush=True)
-    prog = tg.compile(
-        tg.train_step(task.graph, optimizer=optimizer), memory_budget=args.memory_budget
-    )
+    # Under a memory budget the fused ops stay whole (train_step's `expand`): fewer
+    # values kept for the backward, at a slower MLX step.
+    budgeted = args.memory_budget is not None
+    step = tg.train_step(task.graph, optimizer=optimizer, expand=not budgeted)
+    prog = tg.compile(step, memory_budget=args.memory_budget)
     print(f"  {memory_line(prog)}")
     print(f"  {recompute_line(prog)}")
     state = prog.new_state(args.backend)
@@ -190,7 +194,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"done in {time.perf_counter() - began:.1f} s"
     )
     if args.plot is not None:
-        plot_training(args, losses, tg.train_step(task.graph, optimizer=optimizer))
+        # the trade-off sweep compiles to memory budgets: the step as --memory-budget builds it
+        plot_training(args, losses, tg.train_step(task.graph, optimizer=optimizer, expand=False))
     return 0 if all(np.isfinite(losses)) else 1
 
 

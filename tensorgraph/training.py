@@ -46,17 +46,27 @@ __all__ = ["STEP_STATE", "train_step", "train_step_from_gradients"]
 
 
 def train_step(
-    graph: Graph, *, optimizer: Optimizer, wrt: Sequence[str] | str | None = None
+    graph: Graph,
+    *,
+    optimizer: Optimizer,
+    wrt: Sequence[str] | str | None = None,
+    expand: bool = True,
 ) -> Graph:
     """The training step of `graph` (its single output a float scalar loss) for
     `optimizer`, training the params `wrt` (None: every param, in graph order): see the
     module docstring. The gradients come from `tg.value_and_grad`; None trains what it
-    differentiates by default (the float params but a quantized weight's frozen parts)."""
+    differentiates by default (the float params but a quantized weight's frozen parts).
+    `expand` goes to `value_and_grad`: True (the default) decomposes the fused ops whose
+    backward pays for it on MLX (a faster step); False keeps them whole, which keeps
+    fewer values for the backward: the better start for `tg.compile(step,
+    memory_budget=...)` (benches/README.md, "The same comparison without autodiff's
+    expansion": min-cut's saved bytes met at fewer FLOPs on both transformers)."""
     from tensorgraph import value_and_grad
     from tensorgraph.autodiff.reverse import trainable_params
 
     names = trainable_params(graph) if wrt is None else wrt
-    return train_step_from_gradients(value_and_grad(graph, wrt=names), optimizer, names)
+    gradients = value_and_grad(graph, wrt=names, expand=expand)
+    return train_step_from_gradients(gradients, optimizer, names)
 
 
 def train_step_from_gradients(

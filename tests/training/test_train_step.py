@@ -255,3 +255,27 @@ def test_any_optimizer_step_runs_the_same_on_the_arena_as_the_reference(chosen, 
         assert arena_state[name].tobytes() == state[name].tobytes(), name
         np.testing.assert_allclose(mlx_state[name], state[name], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.array(mlx_losses), np.array(losses), rtol=1e-5)
+
+
+def test_a_step_without_expansion_keeps_fused_ops_and_trains_alike() -> None:
+    # expand=False keeps gelu (tanh form) whole: the step differentiates it by its own
+    # rule, so its forward has the gelu node, where the default step decomposes it (its
+    # tanh kept for the backward); the losses agree (the same forward values, to
+    # rounding: NumPy reference).
+    g = tg.Graph("gelu_mlp")
+    x = g.input("x", (4, 8), tg.float32)
+    rng = np.random.default_rng(0)
+    w = g.param("w", (8, 8), tg.float32, rng.standard_normal((8, 8)).astype(np.float32))
+    g.output(tg.mean(tg.square(tg.gelu(x @ w, approximate="tanh"))))
+    optimizer = tg.optim.SGD(learning_rate=0.1)
+    kept = tg.train_step(g, optimizer=optimizer, expand=False)
+    expanded = tg.train_step(g, optimizer=optimizer)
+    assert "gelu" in {n.op for n in kept.nodes}
+    assert "gelu" not in {n.op for n in expanded.nodes}
+    feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32)}
+    losses = []
+    for step in (kept, expanded):
+        prog = tg.compile(step)
+        state = prog.new_state("numpy")
+        losses.append([float(prog.run(feeds, backend="numpy", state=state)[0]) for _ in range(3)])
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
