@@ -215,6 +215,7 @@ def cut_steps(costs: Sequence[tuple[list, list, int]]) -> list[tuple[int, int, i
     last fit). Without fusion facts the cost only grows, and this is the plain greedy
     cut before the first step that would exceed the budget."""
     count = len(costs[0][1])
+    budgets = [budget for _, _, budget in costs]
     bounds, start = [], 0
     while start < count:
         states = [_opened(sizes, start) for _, sizes, _ in costs]
@@ -224,7 +225,6 @@ def cut_steps(costs: Sequence[tuple[list, list, int]]) -> list[tuple[int, int, i
             running = [
                 total + state.add(step) for total, state in zip(running, states, strict=True)
             ]
-            budgets = [budget for _, _, budget in costs]
             if best is None or all(t <= b for t, b in zip(running, budgets, strict=True)):
                 best = (step + 1, running[0])  # a lone step may exceed the budget
             elif step + 1 - best[0] > LOOKAHEAD or any(

@@ -98,11 +98,10 @@ def _chain(
         found = _mean_of_squares(graph, inner, r, x32)
         if found is None:
             continue
-        eps, chain = found
+        eps, square, chain = found
         x = _source(graph, x32, cast_y is not y)
         if x is None or not _fits(x, weight, final):
             continue
-        square = next(i for i in chain if graph.node(i).op == "square")
         casts = {cast_y.id} if cast_y is not y else set()
         if x.id != x32 and x32 not in outputs and set(readers[x32]) == {square, y.id}:
             casts.add(x32)  # the float32 copy of x only the chain read
@@ -110,8 +109,9 @@ def _chain(
     return None
 
 
-def _mean_of_squares(graph: Graph, inner, r: Node, x32: int) -> tuple[float, set[int]] | None:
-    """(eps, ids of the square, mean and add) when r = rsqrt(mean(x32^2, last axis,
+def _mean_of_squares(graph: Graph, inner, r: Node, x32: int) -> tuple[float, int, set[int]] | None:
+    """(eps, id of the square, ids of the square, mean and add) when r =
+    rsqrt(mean(x32^2, last axis,
     keepdims) + eps) with eps a one-element constant."""
     total = inner(r.inputs[0], r.id)
     if total is None or total.op != "add":
@@ -131,7 +131,7 @@ def _mean_of_squares(graph: Graph, inner, r: Node, x32: int) -> tuple[float, set
         # a constant's payload: its bytes in its dtype (the importers do not import the
         # runtime's constant_value, tests/test_layers.py)
         eps = float(np.frombuffer(eps_node.attr("value"), eps_node.dtype.to_numpy())[0])
-        return eps, {square.id, mean.id, total.id}
+        return eps, square.id, {square.id, mean.id, total.id}
     return None
 
 
