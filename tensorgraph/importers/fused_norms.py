@@ -110,9 +110,8 @@ def _chain(
 
 
 def _mean_of_squares(graph: Graph, inner, r: Node, x32: int) -> tuple[float, int, set[int]] | None:
-    """(eps, id of the square, ids of the square, mean and add) when r =
-    rsqrt(mean(x32^2, last axis,
-    keepdims) + eps) with eps a one-element constant."""
+    """(eps, id of the square, ids of the square, mean and add) when
+    r = rsqrt(mean(x32^2, last axis, keepdims) + eps), eps a one-element constant."""
     total = inner(r.inputs[0], r.id)
     if total is None or total.op != "add":
         return None
