@@ -409,6 +409,7 @@ def lowering_of(node: Node, in_range: frozenset[int] = frozenset()) -> Lowering:
 from tensorgraph.codegen_mlx import (  # noqa: E402, F401  (they add to LOWERINGS)
     expert_lowering,
     fused,
+    pool_grad_lowering,
     quant_lowering,
     scatter_lowering,
     sort_lowering,

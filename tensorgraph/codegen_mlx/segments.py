@@ -48,6 +48,7 @@ segment outputs, checked after the last segment in schedule order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import mlx.core as mx
@@ -132,12 +133,51 @@ def _pool_scratch(graph: Graph, node: Node) -> int:
     return padded + node.nbytes
 
 
+def _pool_backward_scratch(graph: Graph, node: Node) -> int:
+    """codegen_mlx/pool_grad_lowering.py's regular pool, every array it makes counted
+    (so a bound whatever order MLX frees them in; compiled, MLX fuses most away), float32
+    elements: the padded input, its grid grown to whole stride classes, the stacks and
+    their reshape (three grids); per tap its hit mask (bool), its and-ed mask, its float
+    mask and the running count (10 bytes per pooled element), the quotient, the pooled
+    result and quotient shifted by the taps' reach; per tap within its class the
+    comparison (bool), the float mask, the share and the running sum, per class the
+    zeros (13 bytes per class element per tap, 4 per class)."""
+    x, pooled = graph.node(node.inputs[0]), graph.node(node.inputs[1])
+    n, c = x.shape[:2]
+    kernel, padding = node.attr("kernel_size"), node.attr("padding")
+    stride, dilation = node.attr("stride"), node.attr("dilation")
+    extents = [
+        max(
+            x.shape[2 + a] + 2 * padding[a], (o - 1) * stride[a] + dilation[a] * (kernel[a] - 1) + 1
+        )
+        for a, o in enumerate(pooled.shape[2:])
+    ]
+    padded = math.prod(extents)
+    classes = [-(-e // s) for e, s in zip(extents, stride, strict=True)]
+    cell, grid = math.prod(classes), math.prod(classes) * math.prod(stride)
+    taps, out = math.prod(kernel), math.prod(pooled.shape[2:])
+    reach = math.prod(
+        o + -(-(k - 1) * d // s) + max(0, e - o)
+        for o, k, d, s, e in zip(pooled.shape[2:], kernel, dilation, stride, classes, strict=True)
+    )
+    elements = 4 * (padded + 4 * grid + out + 2 * reach + cell * math.prod(stride))
+    return n * c * (elements + taps * (10 * out + 13 * cell))
+
+
+def _adaptive_pool_backward_scratch(graph: Graph, node: Node) -> int:
+    """Window by window: a window's hits and shares (each at most x's size) and the
+    result before and after its band's update."""
+    return 3 * node.nbytes
+
+
 # Temporaries a node's MLX lowering allocates beside its output (bytes, an upper bound).
 SCRATCH: dict[str, Callable[[Graph, Node], int]] = {
     "conv2d": _conv_scratch,
     "conv_transpose2d": _conv_transpose_scratch,
     "max_pool2d": _pool_scratch,
     "avg_pool2d": _pool_scratch,
+    "max_pool2d_backward": _pool_backward_scratch,
+    "adaptive_max_pool2d_backward": _adaptive_pool_backward_scratch,
 }
 
 

@@ -301,4 +301,10 @@ register(
         category="pool",
     )
 )
-from tensorgraph.ir import experts, quantized, scatter, updates  # noqa: E402, F401  (they register ops)
+from tensorgraph.ir import (  # noqa: E402, F401  (they register ops)
+    experts,
+    pool_grad,
+    quantized,
+    scatter,
+    updates,
+)

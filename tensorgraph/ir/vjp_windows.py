@@ -8,10 +8,10 @@ import: convolutions as convolutions, pools and resizes through gathers or matri
   per group). conv_transpose2d is conv2d's adjoint: its input's cotangent is
   conv2d(g, w) and its weight's the same weight gradient with input and cotangent
   exchanged.
-- max_pool2d and adaptive_max_pool2d: every window's elements are gathered by a constant
-  index (`take`) from the input padded with the dtype's lowest value, compared with the
-  window's max, and the cotangent is split evenly among the maxima (MLX's max
-  convention) and scattered back (`scatter_add`).
+- max_pool2d and adaptive_max_pool2d: their own backward ops (ir.pool_grad: the
+  cotangent split evenly among each window's maxima, MLX's max convention); those ops
+  are linear in the cotangent, and their transpose gathers it back over the maxima
+  (a constant index of the window elements, `take`).
 - avg_pool2d, adaptive_avg_pool2d, upsample_nearest2d and upsample_bilinear2d are linear
   and separable, out = Lh x Lw^T per image: the cotangent is Lh^T g Lw, with the
   per-axis matrices Lh, Lw built from torch's window, divisor and source-row rules
@@ -22,16 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import ml_dtypes
 import numpy as np
 
 from tensorgraph.ir import functions as fn
 from tensorgraph.ir.conv import conv2d, conv_transpose2d, pad
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import register_vjp
-from tensorgraph.ir.scatter import scatter_add
-from tensorgraph.ir.tensor import Tensor, emit
-from tensorgraph.ir.vjp_support import cast_to, zeros
+from tensorgraph.ir.pool_grad import max_pool_backward
+from tensorgraph.ir.tensor import Tensor
+from tensorgraph.ir.vjp_support import cast_to
 from tensorgraph.ir.window_inference import transposed_extent
 
 
@@ -112,48 +111,10 @@ def _conv_transpose2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tens
 # ---------------------------------------------------------------- max pools
 
 
-def _lowest(x: Tensor) -> float:
-    return float(ml_dtypes.finfo(x.dtype.to_numpy()).min)
-
-
-def _max_windows(
-    x: Tensor, out: Tensor, g: Tensor, index: np.ndarray, flat: Tensor, origin: tuple
-) -> Tensor:
-    """The cotangent of a max over windows: `flat` is x (N, C, P) flattened (padded),
-    `index` (OH, OW, K) the flat position of each window element; g split evenly among
-    each window's maxima, scattered into zeros like `flat`, then cut back to x by
-    `origin`, a function of the scattered (N, C, P) tensor."""
-    n, c = x.shape[:2]
-    oh, ow, k = index.shape
-    positions = x.graph.constant(index.reshape(-1).astype(np.int32))
-    windows = fn.reshape(fn.take(flat, positions, 2), (n, c, oh, ow, k))
-    hits = fn.astype(fn.equal(windows, fn.reshape(out, (n, c, oh, ow, 1))), x.dtype)
-    shares = hits * fn.reshape(g, (n, c, oh, ow, 1)) / fn.sum(hits, 4, keepdims=True)
-    spread = fn.broadcast_to(fn.reshape(positions, (1, 1, oh * ow * k)), (n, c, oh * ow * k))
-    scattered = scatter_add(zeros(flat), fn.reshape(shares, (n, c, oh * ow * k)), spread, 2)
-    return origin(scattered)
-
-
-def _max_pool2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+def _max_pool(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    """The pool's own backward op (ir.pool_grad): x-sized, never its windows."""
     (x,) = inputs
-    n, c, h, w = x.shape
-    (kh, kw), (sh, sw) = node.attr("kernel_size"), node.attr("stride")
-    (ph, pw), (dh, dw) = node.attr("padding"), node.attr("dilation")
-    oh, ow = out.shape[2:]
-    # windows may run past the padded input under ceil_mode: pad enough for the last
-    tall = max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1)
-    wide = max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)
-    padded = pad(x, [(0, 0), (0, 0), (ph, tall - h - ph), (pw, wide - w - pw)], _lowest(x))
-    rows = (np.arange(oh) * sh)[:, None] + np.arange(kh) * dh  # (OH, KH)
-    cols = (np.arange(ow) * sw)[:, None] + np.arange(kw) * dw  # (OW, KW)
-    index = rows[:, None, :, None] * wide + cols[None, :, None, :]  # (OH, OW, KH, KW)
-    flat = fn.reshape(padded, (n, c, tall * wide))
-
-    def origin(scattered: Tensor) -> Tensor:
-        full = fn.reshape(scattered, (n, c, tall, wide))
-        return fn.narrow(fn.narrow(full, 2, ph, h), 3, pw, w)
-
-    return [_max_windows(x, out, g, index.reshape(oh, ow, kh * kw), flat, origin)]
+    return [max_pool_backward(node, x, out, g)]
 
 
 def adaptive_windows(size: int, out: int) -> list[tuple[int, int]]:
@@ -161,28 +122,62 @@ def adaptive_windows(size: int, out: int) -> list[tuple[int, int]]:
     return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
 
 
-def _adaptive_max_pool2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
-    """Windows of unequal sizes: each is padded to the largest with position H*W, an
-    extra element of the lowest value appended to the flattened input."""
-    (x,) = inputs
-    n, c, h, w = x.shape
-    rows, cols = adaptive_windows(h, out.shape[2]), adaptive_windows(w, out.shape[3])
-    kh = max(e - s for s, e in rows)
-    kw = max(e - s for s, e in cols)
-    index = np.full((len(rows), len(cols), kh * kw), h * w, np.int64)
-    for i, (r0, r1) in enumerate(rows):
-        for j, (c0, c1) in enumerate(cols):
-            cells = (np.arange(r0, r1)[:, None] * w + np.arange(c0, c1)).reshape(-1)
-            index[i, j, : cells.size] = cells
-    sentinel = emit(
-        "full", [], graph=x.graph, shape=(n, c, 1), value=_lowest(x), dtype=x.dtype.name
-    )
-    flat = fn.concatenate([fn.reshape(x, (n, c, h * w)), sentinel], 2)
+def _window_table(
+    node: Node, x: Tensor, pooled: tuple
+) -> tuple[np.ndarray, np.ndarray, list | None]:
+    """(the flat position of every window element in x padded and flattened (OH, OW,
+    K), whether it lies in x rather than in the padding (OH, OW, K), the (before, after)
+    padding of x's last two axes) for the pool a `*_backward` node differentiates; an
+    adaptive pool's windows are padded to the largest with the position just past the
+    flattened x (padding None: one element appended to the flat axis)."""
+    h, w = x.shape[2:]
+    oh, ow = pooled[2:]
+    if node.op == "adaptive_max_pool2d_backward":
+        rows, cols = adaptive_windows(h, oh), adaptive_windows(w, ow)
+        kh, kw = max(e - s for s, e in rows), max(e - s for s, e in cols)
+        index = np.full((oh, ow, kh * kw), h * w, np.int64)
+        for i, (r0, r1) in enumerate(rows):
+            for j, (c0, c1) in enumerate(cols):
+                cells = (np.arange(r0, r1)[:, None] * w + np.arange(c0, c1)).reshape(-1)
+                index[i, j, : cells.size] = cells
+        return index, index < h * w, None
+    (kh, kw), (sh, sw) = node.attr("kernel_size"), node.attr("stride")
+    (ph, pw), (dh, dw) = node.attr("padding"), node.attr("dilation")
+    # windows may run past the padded input under ceil_mode: pad enough for the last
+    tall = max(h + 2 * ph, (oh - 1) * sh + dh * (kh - 1) + 1)
+    wide = max(w + 2 * pw, (ow - 1) * sw + dw * (kw - 1) + 1)
+    rows = (np.arange(oh) * sh)[:, None] + np.arange(kh) * dh  # (OH, KH)
+    cols = (np.arange(ow) * sw)[:, None] + np.arange(kw) * dw  # (OW, KW)
+    index = rows[:, None, :, None] * wide + cols[None, :, None, :]
+    real_rows, real_cols = (rows >= ph) & (rows < ph + h), (cols >= pw) & (cols < pw + w)
+    inside = real_rows[:, None, :, None] & real_cols[None, :, None, :]
+    widths = [(ph, tall - h - ph), (pw, wide - w - pw)]
+    return index.reshape(oh, ow, -1), inside.reshape(oh, ow, -1), widths
 
-    def origin(scattered: Tensor) -> Tensor:
-        return fn.reshape(fn.narrow(scattered, 2, 0, h * w), x.shape)
 
-    return [_max_windows(x, out, g, index, flat, origin)]
+def _max_pool_backward(node: Node, inputs: Sequence[Tensor], out: Tensor, c: Tensor) -> list:
+    """The op is linear in g, and its transpose gathers: g's cotangent at a window is
+    the sum of c over the window's maxima divided by their count (the op's own hits,
+    from a constant index of the window elements, `take`). x and the pooled result get
+    none: the hits are piecewise constant in them."""
+    x, pooled, _ = inputs
+    n, ch = x.shape[:2]
+    index, inside, widths = _window_table(node, x, tuple(pooled.shape))
+    oh, ow, k = index.shape
+    positions = x.graph.constant(index.reshape(-1).astype(np.int32))
+
+    def windows(t: Tensor) -> Tensor:
+        if widths is None:  # adaptive: the flat input and one element past it
+            padded = pad(fn.reshape(t, (n, ch, -1)), [(0, 0), (0, 0), (0, 1)])
+        else:
+            padded = fn.reshape(pad(t, [(0, 0), (0, 0), *widths]), (n, ch, -1))
+        return fn.reshape(fn.take(padded, positions, 2), (n, ch, oh, ow, k))
+
+    real = x.graph.constant(inside)
+    hits = fn.logical_and(fn.equal(windows(x), fn.reshape(pooled, (n, ch, oh, ow, 1))), real)
+    hits = fn.astype(hits, c.dtype)
+    dg = fn.sum(hits * windows(c), 4) / fn.sum(hits, 4)
+    return [None, None, dg]
 
 
 # ---------------------------------------------------------------- linear, separable
@@ -285,8 +280,10 @@ def _upsample_bilinear2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: T
 
 register_vjp("conv2d", _conv2d)
 register_vjp("conv_transpose2d", _conv_transpose2d)
-register_vjp("max_pool2d", _max_pool2d)
-register_vjp("adaptive_max_pool2d", _adaptive_max_pool2d)
+register_vjp("max_pool2d", _max_pool)
+register_vjp("adaptive_max_pool2d", _max_pool)
+register_vjp("max_pool2d_backward", _max_pool_backward)
+register_vjp("adaptive_max_pool2d_backward", _max_pool_backward)
 register_vjp("avg_pool2d", _avg_pool2d)
 register_vjp("adaptive_avg_pool2d", _adaptive_avg_pool2d)
 register_vjp("upsample_nearest2d", _upsample_nearest2d)

@@ -423,6 +423,7 @@ KERNELS.update(window_kernels.KERNELS)
 from tensorgraph.runtime import (  # noqa: E402, F401  (they add to KERNELS)
     expert_kernels,
     fused_kernels,
+    pool_grad_kernels,
     quant_kernels,
     scatter_kernels,
     sort_kernels,

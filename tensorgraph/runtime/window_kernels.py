@@ -31,16 +31,20 @@ def window_extra(size: int, out: int, kernel: int, stride: int, pad: int, dilati
 
 
 def pad_widths(
-    shape: tuple[int, ...], node: Node, dilation: tuple[int, int]
+    shape: tuple[int, ...],
+    node: Node,
+    dilation: tuple[int, int],
+    pooled: tuple[int, ...] | None = None,
 ) -> list[tuple[int, int]]:
     """Per-axis (before, after) padding of a pool's NCHW input: the node's padding on
-    both sides plus ceil_mode's overhang on the right (shared by both backends)."""
+    both sides plus ceil_mode's overhang on the right (shared by both backends). The
+    pooled extents are the node's own, or `pooled`'s last two (a pool's backward, whose
+    node has the input's shape)."""
     kernel, stride, padding = (node.attr(k) for k in ("kernel_size", "stride", "padding"))
+    out = (node.shape if pooled is None else pooled)[-2:]
     widths = [(0, 0), (0, 0)]
     for i in range(2):
-        extra = window_extra(
-            shape[2 + i], node.shape[2 + i], kernel[i], stride[i], padding[i], dilation[i]
-        )
+        extra = window_extra(shape[2 + i], out[i], kernel[i], stride[i], padding[i], dilation[i])
         widths.append((padding[i], padding[i] + extra))
     return widths
 

@@ -14,6 +14,7 @@ import pytest
 import tensorgraph as tg
 from tensorgraph.ir.functions import matmul_transposed
 from tensorgraph.ir.ops import OPS
+from tensorgraph.ir.pool_grad import adaptive_max_pool2d_backward, max_pool2d_backward
 from tensorgraph.ir.scatter import scatter_add
 from tensorgraph.ir.vjp_support import no_gradient
 from tests.autodiff.float64 import central_differences, evaluate
@@ -251,6 +252,26 @@ case(
     _u(2, 1, 7, 6),
 )
 case("adaptive_max_pool2d", "uneven", lambda x: tg.adaptive_max_pool2d(x, (3, 2)), _u(1, 2, 7, 5))
+# The pools' backward ops are linear in the cotangent g, their only differentiable
+# operand: x is a constant of the case (no ties, so the hits are stable under the
+# differences) and the pooled result is computed from it.
+_pooled_x = _u(1, 2, 6, 5)
+case(
+    "max_pool2d_backward",
+    "g",
+    lambda g: max_pool2d_backward(
+        (x := g.graph.constant(_pooled_x)), tg.max_pool2d(x, 3, 2, 1), g * g, 3, 2, 1
+    ),
+    _u(1, 2, 3, 3),
+)
+case(
+    "adaptive_max_pool2d_backward",
+    "g",
+    lambda g: adaptive_max_pool2d_backward(
+        (x := g.graph.constant(_pooled_x)), tg.adaptive_max_pool2d(x, (3, 2)), g * g, (3, 2)
+    ),
+    _u(1, 2, 3, 2),
+)
 case(
     "avg_pool2d",
     "exclude-pad-ceil",

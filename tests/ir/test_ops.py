@@ -22,6 +22,7 @@ from tests.ir import (
     test_ops_reductions,
     test_ops_scans,
     test_ops_windows,
+    test_pool_grad,
     test_quantized,
     test_scatter,
     test_updates,
@@ -52,6 +53,7 @@ TABLES = (
     test_quantized,
     test_experts,
     test_scatter,
+    test_pool_grad,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand
