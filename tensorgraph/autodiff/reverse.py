@@ -15,7 +15,8 @@ Steps:
    node holding a cotangent with an active operand calls its op's vector-Jacobian rule
    (`OpDef.vjp`), which emits backward nodes through the IR builder (shape inference
    checks every one), and each active operand's cotangent is added to what it already
-   holds (a value with several readers sums their contributions);
+   holds (a value with several readers sums their contributions; zero-padded slices of
+   it are written in instead, autodiff/accumulate.py);
 4. the outputs are the loss, then each wrt value's cotangent (zeros where the loss does
    not depend on it), and nodes no output reads are dropped.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tensorgraph.autodiff.accumulate import accumulate
 from tensorgraph.autodiff.expand import expand as expand_fused
 from tensorgraph.errors import GraphError
 from tensorgraph.ir.graph import Graph
@@ -210,4 +212,4 @@ def _pull_back(
                 f"{operand.dtype} {operand.shape}"
             )
         held = cotangents.get(source)
-        cotangents[source] = part if held is None else held + part
+        cotangents[source] = part if held is None else accumulate(held, part)

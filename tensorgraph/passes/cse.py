@@ -2,7 +2,8 @@
 and (already merged) inputs; a commutative op compares its inputs as a multiset. Inputs
 and params never merge (each is a distinct value the caller supplies); constants merge
 when their bytes, shape and dtype agree and they carry no user name (a named constant
-is the user's, kept as written); only pure ops merge. Preserves every output for every
+is the user's, kept as written); only pure ops merge, and never a `full` a functional
+update writes into (`_update_targets`). Preserves every output for every
 input and the topological order. One pass over the nodes with a dict: O(n).
 
 Attributes compare exactly, never with Python's `==`: `0.0 == -0.0` and `1 == 1.0 ==
@@ -57,13 +58,32 @@ def cse_key(node: Node) -> tuple:
     return (node.op, attrs, node.shape, node.dtype, inputs)
 
 
-def _mergeable(node: Node) -> bool:
+# Functional updates of their operand 0 (planner/aliasing.py's UPDATE_OPS): each may
+# write over that operand where nothing reads it later.
+_UPDATES = ("slice_update", "index_update")
+
+
+def _mergeable(node: Node, filled: frozenset[int]) -> bool:
     opdef = OPS[node.op]
     if node.op in ("input", "param"):
         return False
     if node.op == "constant":
         return not node.attr("name")
-    return opdef.pure
+    return opdef.pure and node.id not in filled
+
+
+def _update_targets(graph: Graph) -> frozenset[int]:
+    """The `full` nodes some functional update writes into (its operand 0). They never
+    merge: a fill shared by two updates is copied by the first (the second still reads
+    it) and held from the first to the last (autodiff's zeros under each narrowed slice's
+    cotangent, one per layer: GPT-2's (4, 64, 192) fill held across its whole backward),
+    where a fill of its own per update costs one memset and lets the update write over
+    it."""
+    return frozenset(
+        n.inputs[0]
+        for n in graph.nodes
+        if n.op in _UPDATES and n.inputs and graph.node(n.inputs[0]).op == "full"
+    )
 
 
 def cse(graph: Graph) -> PassResult:
@@ -72,8 +92,9 @@ def cse(graph: Graph) -> PassResult:
     nothing merges."""
     survivor: dict[tuple, int] = {}  # cse key -> id of the node kept
     merged: dict[int, int] = {}  # dropped id -> id that replaces it
+    filled = _update_targets(graph)
     for node in graph.nodes:
-        if not _mergeable(node):
+        if not _mergeable(node, filled):
             continue
         if any(i in merged for i in node.inputs):
             node = Node(
