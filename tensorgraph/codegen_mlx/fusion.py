@@ -84,8 +84,9 @@ _FLOAT_CHAIN = {"trunc": (2, 5, 1), "isinf": (2, 5, 2)}
 # one AsType: an operand is at depth <= 1 in any group these start, whatever follows.
 # fmt: off
 _OPAQUE = {
-    "matmul", "matmul_transposed", "conv2d", "sum", "mean", "max", "min", "prod", "any",
-    "all", "argmax", "argmin", "cumsum", "cumprod", "softmax", "log_softmax",
+    "matmul", "matmul_transposed", "matmul_transposed_a", "conv2d", "sum", "mean", "max",
+    "min", "prod", "any", "all", "argmax", "argmin", "cumsum", "cumprod", "softmax",
+    "log_softmax",
 }
 # fmt: on
 _LAYOUT = {"reshape", "cast", "transpose", "narrow", "concat"}  # opaque unless no-ops

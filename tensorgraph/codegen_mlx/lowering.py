@@ -177,6 +177,15 @@ def _matmul_transposed(node: Node, args: Sequence[mx.array]) -> mx.array:
     return _as(node, _integer_matmul(a, b, _accumulator(node)))
 
 
+def _matmul_transposed_a(node: Node, args: Sequence[mx.array]) -> mx.array:
+    """a.T @ b, the transpose a strided view read in place, as above."""
+    a, b = (_as(node, x) for x in args)
+    a = mx.swapaxes(a, -1, -2)
+    if node.dtype.is_float:
+        return mx.matmul(a, b)
+    return _as(node, _integer_matmul(a, b, _accumulator(node)))
+
+
 def _pad_hw(x: mx.array, padding: tuple[int, int], value: object) -> mx.array:
     ph, pw = padding
     if not ph and not pw:
@@ -340,6 +349,7 @@ _TABLE: dict[str, Lowering] = {
     "where": lambda node, args: mx.where(args[0], _as(node, args[1]), _as(node, args[2])),
     "matmul": _matmul,
     "matmul_transposed": _matmul_transposed,
+    "matmul_transposed_a": _matmul_transposed_a,
     "sum": _reduce(mx.sum, 0),
     "mean": _reduce(mx.mean, math.nan),
     "max": _reduce(mx.max, 0),
@@ -373,7 +383,13 @@ def _lowered(op: str, lower: Lowering) -> Lowering:
     def run(node: Node, args: Sequence[mx.array]) -> mx.array:
         if math.prod(node.shape) == 0:
             return _filled(node, 0)
-        contracts = op in ("matmul", "matmul_transposed", "conv2d", "conv_transpose2d")
+        contracts = op in (
+            "matmul",
+            "matmul_transposed",
+            "matmul_transposed_a",
+            "conv2d",
+            "conv_transpose2d",
+        )
         if contracts and any(a.size == 0 for a in args):
             return _filled(node, 0)
         return lower(node, args)

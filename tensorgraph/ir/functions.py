@@ -198,6 +198,12 @@ def matmul_transposed(a: Tensor, b: Tensor) -> Tensor:
     return emit("matmul_transposed", [a, b])
 
 
+def matmul_transposed_a(a: Tensor, b: Tensor) -> Tensor:
+    """swapaxes(a, -1, -2) @ b for a (..., K, M) and b (..., K, N): (broadcast batch, M,
+    N), as MLX's `x.T @ dy` reads a without a transposed copy."""
+    return emit("matmul_transposed_a", [a, b])
+
+
 # ---------------------------------------------------------------- reductions
 
 

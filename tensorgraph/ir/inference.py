@@ -165,6 +165,17 @@ def infer_matmul_transposed(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shap
     return infer_matmul([a, swapped], attrs)
 
 
+def infer_matmul_transposed_a(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """a (..., K, M) read as its transpose (..., M, K) @ b (..., K, N): matmul's rule on
+    a with its last two axes swapped; both operands need two axes or more."""
+    a, b = xs
+    for x in xs:
+        if len(x.shape) < 2:
+            raise ShapeError(f"matmul_transposed_a needs operands of rank >= 2 but got {x}")
+    swapped = evolve(a, label=f"{a.label}.T", shape=(*a.shape[:-2], a.shape[-1], a.shape[-2]))
+    return infer_matmul([swapped, b], attrs)
+
+
 def _check_axes(x: Operand, axes: tuple[int, ...]) -> None:
     rank = len(x.shape)
     if any(not 0 <= a < rank for a in axes) or list(axes) != sorted(set(axes)):

@@ -27,6 +27,7 @@ from tensorgraph.ir.inference import (
     infer_logical,
     infer_matmul,
     infer_matmul_transposed,
+    infer_matmul_transposed_a,
     infer_minmax,
     infer_narrow,
     infer_predicate,
@@ -119,6 +120,8 @@ register(OpDef("where", 3, 3, infer_where, {}, **_ELEMENTWISE))
 register(OpDef("matmul", 2, 2, infer_matmul, {}, category="matmul"))
 # a @ swapaxes(b, -1, -2) without the transposed copy (passes/transposed_matmul.py)
 register(OpDef("matmul_transposed", 2, 2, infer_matmul_transposed, {}, category="matmul"))
+# swapaxes(a, -1, -2) @ b likewise (a weight gradient's x^T @ dy)
+register(OpDef("matmul_transposed_a", 2, 2, infer_matmul_transposed_a, {}, category="matmul"))
 
 _REDUCE = {"axes": AttrSpec("ints"), "keepdims": AttrSpec("bool", False)}
 for _name in ("sum", "mean", "max", "min", "prod", "any", "all"):

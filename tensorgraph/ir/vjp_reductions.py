@@ -3,7 +3,8 @@ registered on the ops in `OPS` on import.
 
 - matmul (NumPy's: 1-D operands promoted, batch dims broadcast): ga = g @ b^T and
   gb = a^T @ g, summed back over the batch dims each operand was broadcast along;
-  matmul_transposed (a @ b^T): ga = g @ b, gb = g^T @ a, likewise; a b shared by
+  matmul_transposed (a @ b^T): ga = g @ b, gb = g^T @ a, likewise, and
+  matmul_transposed_a (a^T @ b): ga = b @ g^T, gb = a @ g; a b shared by
   every batch (a weight) gets one product over the batch folded into the rows
   (`_folded`), not a batched product summed;
 - sum / mean: the cotangent broadcast back over the reduced axes (divided by the count,
@@ -134,8 +135,23 @@ def _matmul_transposed(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Ten
     ]
 
 
+def _matmul_transposed_a(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    """out = a^T @ b (both of rank >= 2): ga = b @ g^T, gb = a @ g, summed back over the
+    batch dims each operand was broadcast along (a b shared by every batch folded)."""
+    a, b = (cast_to(x, out.dtype) for x in inputs)
+    ga = unbroadcast(fn.matmul(b, _swap(g)), a.shape)
+    gb = _folded(_swap(a), g, b.shape)
+    if gb is None:
+        gb = unbroadcast(fn.matmul(a, g), b.shape)
+    return [
+        cast_to(c, x.dtype) if x.dtype.is_float else None
+        for c, x in zip((ga, gb), inputs, strict=True)
+    ]
+
+
 register_vjp("matmul", _matmul)
 register_vjp("matmul_transposed", _matmul_transposed)
+register_vjp("matmul_transposed_a", _matmul_transposed_a)
 register_vjp("sum", _sum)
 register_vjp("mean", _mean)
 register_vjp("max", _extremum)

@@ -70,6 +70,7 @@ REDUCED_OPS = frozenset(
     {
         "matmul",
         "matmul_transposed",
+        "matmul_transposed_a",
         "quantized_matmul",
         "conv2d",
         "conv_transpose2d",

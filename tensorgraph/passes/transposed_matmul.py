@@ -1,7 +1,10 @@
 """Transposed-operand matmul: `matmul(a, transpose(w))`, where the transpose swaps w's
 last two axes (and keeps the others), becomes `matmul_transposed(a, w)`, which reads w
 as it is stored. Also through a reshape of the transpose that regroups only the batch
-axes: `matmul(a, reshape(transpose(w)))` reads a reshape of w (a view) instead.
+axes: `matmul(a, reshape(transpose(w)))` reads a reshape of w (a view) instead. A
+matmul whose b is not so rewritten and whose a is such a transpose, `matmul(transpose(x),
+dy)` (every weight gradient autodiff writes: x^T @ dy, the activation's transposed copy
+held beside dy in the backward), becomes `matmul_transposed_a(x, dy)`.
 
 Why. Every tensor of the IR is dense and row-major, so a transpose is a copy with a
 buffer of its own; MLX's `x @ w.T` makes none (its transpose is a strided view, and its
@@ -64,8 +67,10 @@ def _untransposed(graph: Graph, b: Node) -> tuple[int, tuple | None] | None:
 
 def transposed_matmul(graph: Graph) -> PassResult:
     """`graph` with each matmul of a transposed operand b (module docstring) rewritten
-    to `matmul_transposed`, when a has two or more axes (stats: `absorbed`, the matmuls
-    rewritten); `graph` itself when there is none."""
+    to `matmul_transposed`, when a has two or more axes, and else each matmul of a
+    transposed operand a (swapping its last two axes) and a b of two or more axes to
+    `matmul_transposed_a` (stats: `absorbed`, the matmuls rewritten); `graph` itself
+    when there is none."""
     nodes: list[Node] = []
     next_id = max((n.id for n in graph.nodes), default=-1) + 1
     absorbed = 0
@@ -74,7 +79,13 @@ def transposed_matmul(graph: Graph) -> PassResult:
         if node.op == "matmul" and len(graph.node(node.inputs[0]).shape) >= 2:
             b = graph.node(node.inputs[1])
             found = _untransposed(graph, b)
-            if found is not None:
+            a = graph.node(node.inputs[0])
+            if found is None and len(b.shape) >= 2 and _swaps_last_two(a):
+                # a^T @ b (a weight gradient's x^T @ dy): a read as stored
+                bypassed.append(a.id)
+                node = evolve(node, op="matmul_transposed_a", inputs=(a.inputs[0], b.id))
+                absorbed += 1
+            elif found is not None:
                 bypassed += [b.id] if b.op == "transpose" else [b.id, b.inputs[0]]
                 w_id, regrouped = found
                 if regrouped is not None:

@@ -3,7 +3,8 @@
 `flops(node)` counts the floating-point operations one evaluation of `node` performs,
 from its shape and its inputs' shapes, by op family:
 
-- matmul (and matmul_transposed, gather_mm, quantized_matmul): 2 * M * N * K per batch element;
+- matmul (and matmul_transposed(_a), gather_mm, quantized_matmul): 2 * M * N * K per batch
+  element;
 - conv2d / conv_transpose2d: 2 * output elements * C_in / groups * kh * kw (the
   transposed convolution: 2 * input elements * C_out / groups * kh * kw);
 - scaled_dot_product_attention: its two matmuls, 2 * 2 * B * H * L * S * D, plus the
@@ -80,9 +81,15 @@ def flops(graph: Graph, node: Node) -> int:
         return 0
     shapes = [graph.node(i).shape for i in node.inputs]
     out = _elements(node.shape)
-    if op in ("matmul", "matmul_transposed", "gather_mm", "quantized_matmul"):
+    if op in (
+        "matmul",
+        "matmul_transposed",
+        "matmul_transposed_a",
+        "gather_mm",
+        "quantized_matmul",
+    ):
         a = shapes[0]
-        inner = a[-1] if a else 1
+        inner = (a[-2] if op == "matmul_transposed_a" else a[-1]) if a else 1
         return 2 * out * inner
     if op == "conv2d":
         weight = shapes[1]  # (C_out, C_in / groups, kh, kw)

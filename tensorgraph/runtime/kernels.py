@@ -106,6 +106,12 @@ def _matmul_transposed(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     return np.matmul(_operand(node, args[0]), b)
 
 
+def _matmul_transposed_a(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
+    """swapaxes(a, -1, -2) @ b through a contiguous copy of the transpose, as above."""
+    a = np.ascontiguousarray(np.swapaxes(_operand(node, args[0]), -1, -2))
+    return np.matmul(a, _operand(node, args[1]))
+
+
 # ---------------------------------------------------------------- reductions
 
 
@@ -352,6 +358,7 @@ KERNELS: dict[str, Kernel] = {
     "where": _where,
     "matmul": _matmul,
     "matmul_transposed": _matmul_transposed,
+    "matmul_transposed_a": _matmul_transposed_a,
     "sum": _reduce(np.sum),
     "mean": _mean,
     "max": _reduce(np.max),

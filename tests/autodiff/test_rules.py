@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tensorgraph as tg
-from tensorgraph.ir.functions import matmul_transposed
+from tensorgraph.ir.functions import matmul_transposed, matmul_transposed_a
 from tensorgraph.ir.ops import OPS
 from tensorgraph.ir.pool_grad import adaptive_max_pool2d_backward, max_pool2d_backward
 from tensorgraph.ir.scatter import scatter_add
@@ -106,6 +106,9 @@ case("matmul", "batched-weight-ones", tg.matmul, _u(2, 3, 4), _u(1, 4, 5))
 case("matmul_transposed", "2d", matmul_transposed, _u(3, 4), _u(5, 4))
 case("matmul_transposed", "batched-broadcast", matmul_transposed, _u(2, 1, 3, 4), _u(3, 5, 4))
 case("matmul_transposed", "batched-weight", matmul_transposed, _u(2, 3, 4), _u(5, 4))
+case("matmul_transposed_a", "2d", matmul_transposed_a, _u(4, 3), _u(4, 5))
+case("matmul_transposed_a", "batched-broadcast", matmul_transposed_a, _u(2, 1, 4, 3), _u(3, 4, 5))
+case("matmul_transposed_a", "batched-weight", matmul_transposed_a, _u(2, 4, 3), _u(4, 5))
 case("sum", "axes", lambda x: x.sum((0, 2)), _u(2, 3, 4))
 case("sum", "keepdims", lambda x: x.sum(1, keepdims=True), _u(2, 3, 4))
 case("mean", "axes", lambda x: x.mean((1,)), _u(2, 3, 4))

@@ -82,23 +82,26 @@ def test_a_donating_call_that_fails_inside_mlx_marks_the_state_lost(monkeypatch,
     assert not state["cache"][0, :, :3].any()
 
 
-def _pooled_step() -> tg.Graph:
-    """An AdamW step of bias -> max pool -> linear -> mean square: the weight (1024 x
-    512) and its two moments, 2 MiB each, outweigh the activations (a 2 x 64 x 8 x 8
-    input). The bias's gradient goes through max pool's, which scatters by its constant
-    window index broadcast over batch and channels: 8,192 indices, more than the host
-    checks evaluate (HOST_LIMIT)."""
-    g = tg.Graph("pooled")
+def _gathered_step() -> tg.Graph:
+    """An AdamW step of bias -> a gather of 1,024 of each image's 4,096 values at
+    constant positions -> linear -> mean square: the weight (1024 x 512) and its two
+    moments, 2 MiB each, outweigh the activations (a 2 x 64 x 8 x 8 input). The bias's
+    gradient goes through the gather's, which scatters by its constant positions
+    broadcast over the batch: 2,048 indices seen through layout ops, and the (2, 4096)
+    update more than the host checks evaluate (HOST_LIMIT)."""
+    g = tg.Graph("gathered")
     x = g.input("x", (2, 64, 8, 8))
     b = g.param("b", (1, 64, 8, 8), value=np.zeros((1, 64, 8, 8), np.float32))
     w = g.param("w", (1024, 512), value=np.full((1024, 512), 0.01, np.float32))
-    y = tg.reshape(tg.max_pool2d(x + b, 2), (2, 1024)) @ w
+    positions = np.random.default_rng(1).permutation(4096)[:1024].astype(np.int32)
+    picked = tg.take(tg.reshape(x + b, (2, 4096)), g.constant(positions), axis=1)
+    y = picked @ w
     g.output(tg.mean(y * y))
     return tg.train_step(g, optimizer=tg.optim.AdamW(learning_rate=1e-3))
 
 
 @pytest.mark.parametrize("mode", ["auto", "eager"])
-def test_a_max_pool_training_step_donates_its_weights_and_moments(mode) -> None:
+def test_a_gather_training_step_donates_its_weights_and_moments(mode) -> None:
     # The scatter's index is a compile-time constant seen through layout ops, proven in
     # range before the run (guards.py, tier 2): nothing is left to the device, so the
     # states are donated to their in-place updates. Kept instead, the old weight and
@@ -106,7 +109,7 @@ def test_a_max_pool_training_step_donates_its_weights_and_moments(mode) -> None:
     # bytes above what the call was handed (the three new arrays), while donated, what
     # it allocates is the arena (the gradient and an update temporary, 2 MiB each, and
     # the activations) and MLX's scratch, which this bound leaves 1 MiB for.
-    program = tg.compile(_pooled_step())
+    program = tg.compile(_gathered_step())
     assert "scatter_add" in [n.op for n in program.graph.nodes]
     assert executor.device_guarded(program.graph) == ()
     states = 3 * 1024 * 512 * 4 + 3 * 64 * 8 * 8 * 4

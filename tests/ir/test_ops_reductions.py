@@ -9,7 +9,7 @@ import pytest
 
 import tensorgraph as tg
 from tensorgraph.ir.dtypes import as_dtype
-from tensorgraph.ir.functions import matmul_transposed
+from tensorgraph.ir.functions import matmul_transposed, matmul_transposed_a
 from tests.ir.op_cases import (
     BF16,
     F16,
@@ -92,6 +92,27 @@ case(
     matmul_transposed,
     tg.int32,
     wide(lambda a, b: np.matmul(a, np.swapaxes(b, -1, -2))),
+)
+# swapaxes(a, -1, -2) @ b: the same products, each operand with its last two axes swapped
+for _a_shape, _b_shape in TRANSPOSED_MATMULS:
+    _a_shape, _b_shape = ((*s[:-2], s[-1], s[-2]) for s in (_a_shape, _b_shape))
+    _pair = (rand(*_a_shape), rand(*_b_shape))
+    case(
+        "matmul_transposed_a",
+        f"{_a_shape}.T@{_b_shape}",
+        _pair,
+        matmul_transposed_a,
+        tg.float32,
+        wide(lambda a, b: np.matmul(np.swapaxes(a, -1, -2), b)),
+    )
+_pair = (ints(4, 3, dtype=np.int32), ints(2, 4, 5, dtype=np.int32))
+case(
+    "matmul_transposed_a",
+    "int32",
+    _pair,
+    matmul_transposed_a,
+    tg.int32,
+    wide(lambda a, b: np.matmul(np.swapaxes(a, -1, -2), b)),
 )
 
 # ---------------------------------------------------------------- reductions

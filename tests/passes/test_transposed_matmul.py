@@ -4,6 +4,7 @@ executors and to float32 rounding on MLX."""
 
 import numpy as np
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tensorgraph as tg
 from tensorgraph.ir.verify import verify
@@ -75,3 +76,39 @@ def test_tied_embedding_projection_plans_no_transposed_table() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
     unrewritten = tg.compile(g, passes=("dce", "cse", "fold", "view_alias", "reinplace"))
     assert unrewritten.plan.arena_size >= table.nbytes  # what the rewrite removed
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(st.integers(1, 3), max_size=2),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_a_transposed_first_operand_is_read_as_stored(batch, m, n, inner, both, seed) -> None:
+    """x^T @ dy (a weight gradient's product) becomes matmul_transposed_a: no transposed
+    copy of x in the graph, outputs bit for bit on the NumPy executors and to float32
+    rounding on MLX. With b transposed too, b's rewrite is taken and a's transpose stays."""
+    rng = np.random.default_rng(seed)
+    g = tg.Graph("xt_dy")
+    x = g.input("x", (*batch, inner, m), tg.float32)
+    dy = g.input("dy", (*batch, inner, n) if not both else (*batch, n, inner), tg.float32)
+    right = tg.swapaxes(dy, -1, -2) if both else dy
+    g.output(tg.tanh(tg.swapaxes(x, -1, -2) @ right))
+    result = transposed_matmul(g)
+    ops = [node.op for node in result.graph.nodes]
+    assert result.stats == {"absorbed": 1}
+    assert ops.count("matmul_transposed" if both else "matmul_transposed_a") == 1
+    assert ops.count("transpose") == (1 if both else 0)
+    values = {"x": rng.standard_normal(x.shape).astype(np.float32)}
+    values["dy"] = rng.standard_normal(dy.shape).astype(np.float32)
+    (want,) = run_reference(g, values, {})
+    (got,) = run_reference(result.graph, values, {})
+    np.testing.assert_array_equal(got, want)
+    prog = tg.compile(g)
+    (arena,) = prog.run(values, backend="arena")
+    np.testing.assert_array_equal(arena, want)
+    (fast,) = prog.run(values, backend="mlx")
+    np.testing.assert_allclose(fast, want, rtol=1e-5, atol=1e-5)
