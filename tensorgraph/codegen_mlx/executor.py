@@ -34,25 +34,25 @@ MLX peak vs arena + constant segment + inputs/outputs), read back with
 `last_run(program)`; without `stats` nothing is measured or reset.
 
 The per-program cache (converted weights and constants, traces, segments, host-check
-plans) and each run's boundary values come from program_cache.py.
+plans) and each run's boundary values come from program_cache.py; the `compiled`
+mode's whole-program trace is compiled_mode.py's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NoReturn
 
 import mlx.core as mx
 import numpy as np
 
 from tensorgraph.codegen_mlx.arrays import native_dtype, to_mx, to_numpy
+from tensorgraph.codegen_mlx.compiled_mode import run_compiled, trace_program
 from tensorgraph.codegen_mlx.guards import (
     check,
     device_guarded,
     guarded_nodes,
-    raise_if_broken,
-    verdict,
 )
 from tensorgraph.codegen_mlx.lowering import lowering_of
 from tensorgraph.codegen_mlx.program_cache import (
@@ -79,11 +79,10 @@ from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
 from tensorgraph.planner.sharing import shared_of
 from tensorgraph.runtime.feeds import bind_feeds
-from tensorgraph.runtime.kernels import constant_value
 
-# The module's own names, and those it defined before the per-program cache moved to
-# program_cache.py (re-exported: symbolic.py, prepared_call.py, tests and benches
-# import them from here).
+# The module's own names, and those it defined before the per-program cache and the
+# compiled mode's trace moved to program_cache.py and compiled_mode.py (re-exported:
+# symbolic.py, prepared_call.py, tests and benches import them from here).
 __all__ = [
     "MODES",
     "SLACK",
@@ -187,59 +186,6 @@ def run_eager(
         if last_use[node.id] != -1 or node.id in outputs:
             slots[node.id] = result
     return [slots[o] for o in graph.outputs]
-
-
-def trace_program(
-    graph: Graph,
-    feed_ids: tuple[int, ...],
-    guarded: Sequence[Node],
-    in_range: frozenset[int],
-    *,
-    shapeless: bool = False,
-    overrides: Mapping[int, Callable] | None = None,
-):
-    """The whole schedule as one mx.compile'd function of the `feed_ids`' arrays: the
-    outputs, then one verdict per `guarded` node. `shapeless` and `overrides` as in
-    `segments.trace_segment`."""
-    overrides = overrides or {}
-    constants = {n.id: to_mx(constant_value(n)) for n in graph.nodes if n.op == "constant"}
-    steps = [
-        (n, overrides.get(n.id) or lowering_of(n, in_range))
-        for n in graph.nodes
-        if not OPS[n.op].boundary
-    ]
-
-    def program(*feeds: mx.array) -> list[mx.array]:
-        slots = dict(zip(feed_ids, feeds, strict=True))
-        slots.update(constants)
-        for node, lower in steps:
-            if node.id not in slots:
-                slots[node.id] = lower(node, [slots[i] for i in node.inputs])
-        verdicts = [verdict(n, [slots[i] for i in n.inputs]) for n in guarded]
-        return [slots[o] for o in graph.outputs] + verdicts  # verdicts: see guards.py
-
-    return mx.compile(program, shapeless=shapeless)
-
-
-def run_compiled(program: object, feeds: dict[int, mx.array], device: mx.Device) -> list[mx.array]:
-    """Run the cached `mx.compile`d trace of the whole schedule."""
-    graph = program.graph
-    cache = _cache(program)
-    key = f"compiled-{device}"
-    if key not in cache and cache.get("compiled-source") is not None:
-        cache[key] = cache["compiled-source"](program, device)
-    if key not in cache:
-        feed_ids = tuple(n.id for n in graph.nodes if n.op in ("input", "param", "state"))
-        trace = trace_program(graph, feed_ids, _guarded(program), _in_range(program))
-        cache[key] = (feed_ids, trace)
-    feed_ids, trace = cache[key]
-    outputs = trace(*(feeds.pop(i) for i in feed_ids))
-    feeds.clear()
-    mx.eval(outputs)
-    count = len(graph.outputs)
-    for node, outcome in zip(_guarded(program), outputs[count:], strict=True):
-        raise_if_broken(node, outcome)
-    return outputs[:count]
 
 
 def segment_budget(program: object) -> int:
