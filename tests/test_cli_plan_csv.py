@@ -1,6 +1,7 @@
 """`tensorgraph plan-csv` through its real entry point (`python -m tensorgraph.cli` in a
-subprocess, or `cli.main` in-process where a module setting must change): budgets in work
-units, time limits, capacities, solution files, progress lines, and one-line errors."""
+subprocess, or `cli.main` in-process where a setting of tensorgraph/cli_plan_csv.py must
+change): budgets in work units, time limits, capacities, solution files, progress lines,
+and one-line errors."""
 
 import re
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorgraph import cli
+from tensorgraph import cli, cli_plan_csv
 from tensorgraph.planner import lower_bound, read_minimalloc_csv, verify_assignment
 from tensorgraph.planner.buffers import Assignment, write_minimalloc_csv
 from tensorgraph.planner.synthetic import random_buffers
@@ -151,7 +152,7 @@ def test_a_time_limit_that_stops_the_search_says_so(hard) -> None:
 
 
 def test_progress_lines_go_to_stderr(hard, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(cli, "PROGRESS_AFTER", 0.0)  # as if the search were long
+    monkeypatch.setattr(cli_plan_csv, "PROGRESS_AFTER", 0.0)  # as if the search were long
     assert cli.main(["plan-csv", str(hard), "--budget", "50000"]) == 0
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
@@ -163,14 +164,14 @@ def test_progress_lines_go_to_stderr(hard, monkeypatch, capsys) -> None:
 
 
 def test_runs_shorter_than_the_threshold_print_no_progress(hard, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(cli, "PROGRESS_AFTER", 1e9)  # no run lasts that long
+    monkeypatch.setattr(cli_plan_csv, "PROGRESS_AFTER", 1e9)  # no run lasts that long
     assert cli.main(["plan-csv", str(hard), "--budget", "50000"]) == 0
     captured = capsys.readouterr()
     assert captured.err == "" and "hard.csv: 250 buffers" in captured.out
 
 
 def test_capacity_search_reports_its_fresh_starts(hard, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(cli, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(cli_plan_csv, "PROGRESS_AFTER", 0.0)
     buffers = read_minimalloc_csv(hard)
     bound = max(lower_bound(buffers), 1)
     code = cli.main(["plan-csv", str(hard), "--capacity", str(bound), "--budget", "50000"])

@@ -13,7 +13,23 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tensorgraph"
-DRIVER = {"compiler", "multi", "program_io", "cli", "calls"}
+# The driver's modules, those split out of compiler.py and cli.py included (what they
+# hold was the driver's before the split, and no lower layer may import it now either).
+DRIVER = {
+    "compiler",
+    "compile_options",
+    "program",
+    "multi",
+    "program_io",
+    "cli",
+    "cli_args",
+    "cli_generate",
+    "cli_generate_models",
+    "cli_plan_csv",
+    "cli_precision",
+    "cli_zoo",
+    "calls",
+}
 # layer -> the layers of ours it may not import ("face" is `tensorgraph` itself)
 FORBIDDEN = {
     "ir": {"face", "passes", "planner", "runtime", "codegen_mlx", "importers", "models", "nn"}
