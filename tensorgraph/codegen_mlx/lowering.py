@@ -34,6 +34,7 @@ import numpy as np
 
 from tensorgraph.codegen_mlx.arrays import MX_DTYPES, to_mx
 from tensorgraph.ir.node import Node
+from tensorgraph.ir.window_inference import conv_pads
 
 Lowering = Callable[[Node, Sequence[mx.array]], mx.array]
 
@@ -186,11 +187,14 @@ def _matmul_transposed_a(node: Node, args: Sequence[mx.array]) -> mx.array:
     return _as(node, _integer_matmul(a, b, _accumulator(node)))
 
 
-def _pad_hw(x: mx.array, padding: tuple[int, int], value: object) -> mx.array:
-    ph, pw = padding
-    if not ph and not pw:
+def _pad_hw(x: mx.array, pads: tuple[tuple[int, int], ...], value: object) -> mx.array:
+    """x padded by `pads`, ((top, bottom), (left, right)); a negative end crops."""
+    (top, bottom), (left, right) = pads
+    x = x[:, :, : x.shape[2] + min(bottom, 0), : x.shape[3] + min(right, 0)]
+    if not (top or left or bottom > 0 or right > 0):
         return x
-    return mx.pad(x, [(0, 0), (0, 0), (ph, ph), (pw, pw)], constant_values=value)
+    grow = [(0, 0), (0, 0), (top, max(bottom, 0)), (left, max(right, 0))]
+    return mx.pad(x, grow, constant_values=value)
 
 
 def _window_slices(
@@ -218,7 +222,7 @@ def _integer_conv2d(node: Node, x: mx.array, w: mx.array) -> mx.array:
     n, o, oh, ow = node.shape
     groups = node.attr("groups")
     _, cg, kh, kw = w.shape
-    padded = _pad_hw(x.astype(accumulator), node.attr("padding"), 0)
+    padded = _pad_hw(x.astype(accumulator), conv_pads(dict(node.attrs)), 0)
     weights = w.astype(accumulator).reshape(groups, o // groups, cg, kh, kw)
     total = mx.zeros((n, groups, o // groups, oh, ow), dtype=accumulator)
     for k, window in enumerate(_window_slices(padded, node, (kh, kw), node.attr("dilation"))):
@@ -244,10 +248,11 @@ def _dilated_conv2d(node: Node, x: mx.array, w: mx.array) -> mx.array:
     n, c, h, wd = x.shape
     o, per_group, kh, kw = w.shape
     groups = node.attr("groups")
-    (sh, sw), (ph, pw), (dh, dw) = (node.attr(k) for k in ("stride", "padding", "dilation"))
+    (sh, sw), (dh, dw) = node.attr("stride"), node.attr("dilation")
     _, _, oh, ow = node.shape
-    padded = mx.contiguous(_pad_hw(x, (ph, pw), 0))
-    hp, wp = h + 2 * ph, wd + 2 * pw
+    pads = conv_pads(dict(node.attrs))
+    padded = mx.contiguous(_pad_hw(x, pads, 0))
+    hp, wp = h + sum(pads[0]), wd + sum(pads[1])
     # element [b, i, j, g, c, u, v] = padded[b, g * Cg + c, i * sh + u * dh, j * sw + v * dw]
     shape = (n, oh, ow, groups, per_group, kh, kw)
     strides = (c * hp * wp, sh * wp, sw, per_group * hp * wp, hp * wp, dh * wp, dw)
@@ -264,12 +269,15 @@ def _conv2d(node: Node, args: Sequence[mx.array]) -> mx.array:
         return _integer_conv2d(node, x, w)
     if max(node.attr("dilation")) > 1:
         return _dilated_conv2d(node, x, w)
-    out = mx.conv2d(
+    (top, bottom), (left, right) = conv_pads(dict(node.attrs))
+    x = x[:, :, : x.shape[2] + min(bottom, 0), : x.shape[3] + min(right, 0)]  # a crop: a view
+    bottom, right = max(bottom, 0), max(right, 0)
+    out = mx.conv_general(  # mx.conv2d's own call, with the padding of each side
         mx.transpose(x, (0, 2, 3, 1)),
         mx.transpose(w, (0, 2, 3, 1)),
         stride=tuple(node.attr("stride")),
-        padding=tuple(node.attr("padding")),
-        dilation=tuple(node.attr("dilation")),
+        padding=([top, left], [bottom, right]),
+        kernel_dilation=tuple(node.attr("dilation")),
         groups=node.attr("groups"),
     )
     return mx.transpose(out, (0, 3, 1, 2))

@@ -65,6 +65,7 @@ from tensorgraph.codegen_mlx.lowering import lowering_of
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
+from tensorgraph.ir.window_inference import conv_pads
 from tensorgraph.planner.aliasing import Aliasing
 from tensorgraph.planner.liveness import Liveness
 
@@ -92,13 +93,18 @@ class Segment:
 
 
 def _conv_scratch(graph: Graph, node: Node) -> int:
-    """The lowering's NHWC copies of input and weight, MLX's CPU im2col matrix (output
-    positions x kernel taps x input channels) and the NHWC result before its transpose."""
+    """The lowering's NHWC copies of input (or its padded copy: the dilated path pads
+    the input itself, by the node's padding on each side) and weight, MLX's CPU im2col
+    matrix (output positions x kernel taps x input channels) and the NHWC result before
+    its transpose."""
     x, w = (graph.node(i) for i in node.inputs)
+    n, c, h, width = x.shape
+    (top, bottom), (left, right) = conv_pads(dict(node.attrs))
+    padded = n * c * (h + top + bottom) * (width + left + right) * x.dtype.itemsize
     n, _, oh, ow = node.shape
     _, per_group, kh, kw = w.shape
     im2col = n * oh * ow * kh * kw * per_group * node.attr("groups") * node.dtype.itemsize
-    return x.nbytes + w.nbytes + im2col + node.nbytes
+    return max(x.nbytes, padded) + w.nbytes + im2col + node.nbytes
 
 
 def _conv_transpose_scratch(graph: Graph, node: Node) -> int:

@@ -26,19 +26,33 @@ def conv2d(
     input: Tensor,
     weight: Tensor,
     stride: int | Sequence[int] = 1,
-    padding: int | Sequence[int] = 0,
+    padding: int | Sequence[int] | Sequence[Sequence[int]] = 0,
     dilation: int | Sequence[int] = 1,
     groups: int = 1,
 ) -> Tensor:
-    """2-D convolution, NCHW input and OIHW weight (PyTorch's layout), MLX's arg names."""
+    """2-D convolution, NCHW input and OIHW weight (PyTorch's layout), MLX's arg names.
+    `padding` is an int, an (H, W) pair padding both sides, or ((top, bottom), (left,
+    right)) as mx.conv_general takes it (stored as `padding` and `padding_end` only
+    where the two sides differ, so a symmetric graph's attributes are torch's)."""
+    attrs: dict[str, object] = {"padding": _pair(padding)} if _flat(padding) else {}
+    if not attrs:
+        (top, bottom), (left, right) = (_pair(p) for p in padding)
+        attrs["padding"] = (top, left)
+        if (bottom, right) != (top, left):
+            attrs["padding_end"] = (bottom, right)
     return emit(
         "conv2d",
         [input, weight],
         stride=_pair(stride),
-        padding=_pair(padding),
         dilation=_pair(dilation),
         groups=int(groups),
+        **attrs,
     )
+
+
+def _flat(padding: object) -> bool:
+    """Whether `padding` is an int or a pair of ints (not a pair of pairs)."""
+    return isinstance(padding, int) or not any(isinstance(p, tuple | list) for p in padding)
 
 
 def _single(value: int | Sequence[int], name: str) -> int:

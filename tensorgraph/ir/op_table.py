@@ -213,6 +213,9 @@ register(
             "padding": AttrSpec("ints", (0, 0)),
             "dilation": AttrSpec("ints", (1, 1)),
             "groups": AttrSpec("int", 1),
+            # the bottom and right padding where they differ from the top and left
+            # (`conv_pads`); empty: the same on both sides, as torch pads
+            "padding_end": AttrSpec("ints", ()),
         },
         category="conv",
     )

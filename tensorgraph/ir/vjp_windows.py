@@ -2,10 +2,11 @@
 import: convolutions as convolutions, pools and resizes through gathers or matrices.
 
 - conv2d: the input's cotangent is the transposed convolution of g by the same weight
-  (output_padding restoring the input's extent); the weight's is a convolution of the
+  (output_padding restoring the input's extent; with an asymmetric padding, the whole
+  transposed product with x's rows cut out of it); the weight's is a convolution of the
   input (channels as batch) by g (batch as channels) with stride and dilation swapped,
-  over the input padded to exactly the extent the kernel's taps read (`weight_gradient`,
-  per group). conv_transpose2d is conv2d's adjoint: its input's cotangent is
+  padded (asymmetrically, by the convolution itself: no copy of the input) to exactly
+  the extent the kernel's taps read (`weight_gradient`, per group). conv_transpose2d is conv2d's adjoint: its input's cotangent is
   conv2d(g, w) and its weight's the same weight gradient with input and cotangent
   exchanged.
 - max_pool2d and adaptive_max_pool2d: their own backward ops (ir.pool_grad: the
@@ -31,7 +32,7 @@ from tensorgraph.ir.ops import register_vjp
 from tensorgraph.ir.pool_grad import max_pool_backward
 from tensorgraph.ir.tensor import Tensor
 from tensorgraph.ir.vjp_support import cast_to
-from tensorgraph.ir.window_inference import transposed_extent
+from tensorgraph.ir.window_inference import conv_pads, transposed_extent
 
 
 def _conv_attrs(node: Node) -> dict[str, object]:
@@ -56,14 +57,15 @@ def weight_gradient(x: Tensor, g: Tensor, kernel: tuple[int, int], node: Node) -
     gs = fn.reshape(gs, (o, n, *g.shape[2:]))
     stride, padding, dilation = (node.attr(k) for k in ("stride", "padding", "dilation"))
     reach = _reach(kernel, g.shape[2:], stride, dilation)
-    # pad (lo, reach - extent - lo) per axis: exactly the rows the taps read (a negative
-    # amount crops), so the product has the kernel's extent; where that is the symmetric
-    # padding already (stride 1), the convolution pads as the forward did
+    # padded by (lo, reach - extent - lo) per axis: exactly the rows the taps read (a
+    # negative end leaves out rows no tap reads), so the product has the kernel's
+    # extent, as the convolution's own asymmetric padding, never a padded or cropped
+    # copy of the input; where that is the symmetric padding already (stride 1), the
+    # convolution pads as the forward did.
     spans = [] if reach is None else list(zip(padding, reach, (h, w), strict=True))
     spans = [(p, r - e - p) for p, r, e in spans]
     if any(lo != hi for lo, hi in spans):
-        full = conv2d(pad(xs, [(0, 0), (0, 0), *spans]), gs, dilation, 0, stride, groups)
-        return fn.transpose(full, (1, 0, 2, 3))
+        padding = tuple(spans)
     full = conv2d(xs, gs, dilation, padding, stride, groups)
     if tuple(full.shape[2:]) != tuple(kernel):  # a Dim extent or an empty g: crop
         full = fn.narrow(fn.narrow(full, 2, 0, kernel[0]), 3, 0, kernel[1])
@@ -88,13 +90,22 @@ def _conv2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> lis
     x, w = (cast_to(t, out.dtype) for t in inputs)
     (sh, sw), (ph, pw), (dh, dw) = (node.attr(k) for k in ("stride", "padding", "dilation"))
     kh, kw = w.shape[2:]
-    extra = (
-        x.shape[2] - transposed_extent(g.shape[2], kh, sh, ph, dh, 0),
-        x.shape[3] - transposed_extent(g.shape[3], kw, sw, pw, dw, 0),
-    )
-    gx = conv_transpose2d(
-        g, w, **_conv_attrs(node), output_padding=extra, groups=node.attr("groups")
-    )
+    pads = conv_pads(dict(node.attrs))
+    if any(lo != hi for lo, hi in pads):
+        # asymmetric: the whole transposed product over the padded input, then the rows
+        # of x cut out of it (rows no window reached get zeros)
+        groups = node.attr("groups")
+        full = conv_transpose2d(g, w, node.attr("stride"), 0, node.attr("dilation"), 0, groups)
+        extents = zip(pads, x.shape[2:], full.shape[2:], strict=True)
+        gx = pad(full, [(0, 0), (0, 0), *((-lo, lo + e - f) for (lo, _), e, f in extents)])
+    else:
+        extra = (
+            x.shape[2] - transposed_extent(g.shape[2], kh, sh, ph, dh, 0),
+            x.shape[3] - transposed_extent(g.shape[3], kw, sw, pw, dw, 0),
+        )
+        gx = conv_transpose2d(
+            g, w, **_conv_attrs(node), output_padding=extra, groups=node.attr("groups")
+        )
     gw = weight_gradient(x, g, (kh, kw), node)
     return [cast_to(gx, inputs[0].dtype), cast_to(gw, inputs[1].dtype)]
 

@@ -34,10 +34,6 @@ def _pair(attrs: Mapping, name: str) -> tuple[int, int]:
     return value
 
 
-def _window_out(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
-    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
-
-
 def pool_output_size(
     size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool
 ) -> int:
@@ -49,20 +45,38 @@ def pool_output_size(
     return out
 
 
+def conv_pads(attrs: Mapping) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((top, bottom), (left, right)) of a conv2d's attributes (or a node's `attrs`
+    dict): `padding` on both sides, or `padding_end` as the bottom and right where it
+    is given (an asymmetric padding: autodiff's weight gradients of strided
+    convolutions pad exactly the rows their taps read; a negative end leaves out that
+    many of the input's last rows or columns, which no tap reads)."""
+    attrs = dict(attrs)
+    padding = _pair(attrs, "padding")
+    end = tuple(attrs.get("padding_end", ())) or padding
+    if len(end) != 2:
+        raise ShapeError(f"padding_end must have 2 entries (H, W) or none but got {end}")
+    return (padding[0], end[0]), (padding[1], end[1])
+
+
 def infer_conv2d(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     x, w = xs
     if len(x.shape) != 4 or len(w.shape) != 4:
         raise ShapeError(f"conv2d needs NCHW input and OIHW weight: {x}, {w}")
-    stride, padding, dilation = (_pair(attrs, n) for n in ("stride", "padding", "dilation"))
+    stride, dilation = _pair(attrs, "stride"), _pair(attrs, "dilation")
+    pads = conv_pads(attrs)
     groups = attrs["groups"]
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     if groups < 1 or c % groups or o % groups or cg * groups != c:
         raise ShapeError(f"conv2d: {x} channels do not match weight {w} with groups={groups}")
-    if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
-        raise ShapeError(f"conv2d: bad stride {stride} / dilation {dilation} / padding {padding}")
-    oh = _window_out(h, kh, stride[0], padding[0], dilation[0])
-    ow = _window_out(wd, kw, stride[1], padding[1], dilation[1])
+    bad_end = any(hi < 0 and -hi >= size for (_, hi), size in zip(pads, x.shape[2:], strict=True))
+    if min(stride) < 1 or min(dilation) < 1 or min(lo for lo, _ in pads) < 0 or bad_end:
+        raise ShapeError(f"conv2d: bad stride {stride} / dilation {dilation} / padding {pads}")
+    oh, ow = (
+        (size + lo + hi - d * (k - 1) - 1) // s + 1
+        for size, (lo, hi), k, s, d in zip((h, wd), pads, (kh, kw), stride, dilation, strict=True)
+    )
     if oh <= 0 or ow <= 0:
         raise ShapeError(f"conv2d: kernel {w.shape[2:]} larger than padded input {x}")
     return (n, o, oh, ow), promote_types(x.dtype, w.dtype)

@@ -24,6 +24,7 @@ import numpy as np
 from tensorgraph.errors import RunError
 from tensorgraph.ir.dtypes import as_dtype, promote_types
 from tensorgraph.ir.node import Node, describe
+from tensorgraph.ir.window_inference import conv_pads
 
 Kernel = Callable[[Node, Sequence[np.ndarray]], np.ndarray]
 
@@ -270,11 +271,14 @@ def _full(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
 # ---------------------------------------------------------------- convolution and pooling
 
 
-def _pad_hw(x: np.ndarray, padding: tuple[int, int], value: object) -> np.ndarray:
-    ph, pw = padding
-    if not ph and not pw:
+def _pad_hw(x: np.ndarray, pads: tuple[tuple[int, int], ...], value: object) -> np.ndarray:
+    """x padded by `pads`, ((top, bottom), (left, right)); a negative end crops."""
+    (top, bottom), (left, right) = pads
+    x = x[:, :, : x.shape[2] + min(bottom, 0), : x.shape[3] + min(right, 0)]
+    if not (top or left or bottom > 0 or right > 0):
         return x
-    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+    grow = ((0, 0), (0, 0), (top, max(bottom, 0)), (left, max(right, 0)))
+    return np.pad(x, grow, constant_values=value)
 
 
 def _windows(
@@ -301,7 +305,7 @@ def _conv2d(node: Node, args: Sequence[np.ndarray]) -> np.ndarray:
     groups = node.attr("groups")
     n, o, oh, ow = node.shape
     _, cg, kh, kw = w.shape
-    padded = _pad_hw(x, node.attr("padding"), 0)
+    padded = _pad_hw(x, conv_pads(dict(node.attrs)), 0)
     windows = _windows(padded, (kh, kw), node.attr("stride"), node.attr("dilation"), (oh, ow))
     windows = windows.reshape(n, groups, cg, oh, ow, kh, kw)
     weights = w.reshape(groups, o // groups, cg, kh, kw)

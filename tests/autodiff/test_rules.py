@@ -247,6 +247,13 @@ case(
     _u(2, 4, 3, 2),
     _u(4, 1, 2, 2),
 )
+case(
+    "conv2d",
+    "asymmetric-padding",
+    lambda x, w: tg.conv2d(x, w, 2, ((2, 0), (1, 3)), groups=2),
+    _u(2, 4, 6, 5),
+    _u(2, 2, 3, 2),
+)
 case("max_pool2d", "padded", lambda x: tg.max_pool2d(x, 3, 2, 1), _u(1, 2, 6, 5))
 case(
     "max_pool2d",
@@ -528,4 +535,5 @@ def test_conv_weight_gradient_has_the_kernels_extent(
     vg = tg.value_and_grad(g, ["w"])
     convs = [n for n in vg.nodes if n.op == "conv2d" and n.id not in {o.id for o in g.nodes}]
     assert [n.shape[2:] for n in convs] == [(kernel, kernel)]
-    assert "narrow" not in {n.op for n in vg.nodes}
+    # nor a padded or cropped copy of the input: the convolution pads each side itself
+    assert not {"narrow", "pad"} & {n.op for n in vg.nodes}

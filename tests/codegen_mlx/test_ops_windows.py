@@ -95,6 +95,45 @@ def test_random_dilated_conv2d_matches_torch(arguments) -> None:
     )
 
 
+@st.composite
+def asymmetric_convs(draw: st.DrawFn) -> tuple:
+    """Random conv2d arguments with a padding of its own on each side, ((top, bottom),
+    (left, right)), a negative bottom or right leaving out last rows or columns (the
+    weight gradients of strided convolutions): any groups, stride, dilation."""
+    groups = draw(st.sampled_from([1, 2]))
+    c, o = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
+    kernel = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    pads, size = [], []
+    for a in range(2):
+        span = dilation[a] * (kernel[a] - 1) + 1
+        extent = span + draw(st.integers(1, 5))
+        top = draw(st.integers(0, 2))
+        # at least one window, and at least one of x's rows kept
+        bottom = draw(st.integers(max(-(extent + top - span), 1 - extent), 2))
+        pads.append((top, bottom))
+        size.append(extent)
+    return (1, c, *size), (o, c // groups, *kernel), stride, tuple(pads), dilation, groups
+
+
+@settings(max_examples=20, deadline=None)
+@given(asymmetric_convs())
+def test_random_asymmetric_padding_matches_torch_on_a_padded_input(arguments) -> None:
+    """tg.conv2d(x, w, padding=((t, b), (l, r))) is torch's conv2d of F.pad(x, (l, r, t,
+    b)) (torch crops for a negative amount) with no padding of its own."""
+    xs, ws, stride, ((t, b), (left, right)), dilation, groups = arguments
+    check_against_torch(
+        lambda x, w: tg.conv2d(x, w, stride, ((t, b), (left, right)), dilation, groups),
+        lambda x, w: F.conv2d(F.pad(x, (left, right, t, b)), w, None, stride, 0, dilation, groups),
+        rand(*xs),
+        rand(*ws),
+        rtol=1e-4,
+        atol=1e-4,
+        compiled=False,
+    )
+
+
 @pytest.mark.parametrize(
     ("xs", "ws", "stride", "padding", "dilation", "groups"),
     [

@@ -160,13 +160,18 @@ def naive_conv_transpose2d(x, w, stride, padding, dilation, output_padding, grou
 
 
 def naive_conv2d(x, w, stride, padding, dilation, groups):
-    """A direct loop over every output element: the independent oracle for conv2d."""
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    """A direct loop over every output element: the independent oracle for conv2d.
+    `padding` is (H, W), padding both sides, or ((top, bottom), (left, right)), a
+    negative bottom or right leaving out that many last rows or columns."""
+    (sh, sw), (dh, dw) = stride, dilation
+    rows, cols = (p if isinstance(p, tuple) else (p, p) for p in padding)
     n, _c, h, wd = x.shape
     o, cg, kh, kw = w.shape
-    xp = np.pad(x.astype(F64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    kept = x[:, :, : h + min(rows[1], 0), : wd + min(cols[1], 0)]
+    grow = ((rows[0], max(rows[1], 0)), (cols[0], max(cols[1], 0)))
+    xp = np.pad(kept.astype(F64), ((0, 0), (0, 0), *grow))
+    oh = (h + sum(rows) - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + sum(cols) - dw * (kw - 1) - 1) // sw + 1
     out = np.zeros((n, o, oh, ow))
     per_group = o // groups
     for b in range(n):

@@ -39,6 +39,11 @@ CONVS = [  # (x shape, weight shape, stride, padding, dilation, groups, dtype)
     ((1, 2, 3, 3), (2, 2, 3, 3), (1, 1), (0, 0), (1, 1), 1, np.float32),  # 1x1 output
     ((1, 2, 6, 6), (3, 2, 3, 3), (1, 1), (1, 1), (1, 1), 1, F16),
     ((1, 2, 5, 5), (2, 1, 3, 3), (1, 1), (1, 1), (1, 1), 2, np.int32),
+    # ((top, bottom), (left, right)): the weight gradients of strided convolutions
+    ((2, 3, 9, 8), (4, 3, 3, 3), (2, 2), ((3, 0), (1, 2)), (1, 1), 1, np.float32),
+    ((1, 4, 7, 6), (4, 2, 2, 3), (1, 2), ((0, 2), (2, 0)), (2, 1), 2, np.float32),
+    ((1, 2, 5, 5), (2, 1, 3, 3), (1, 1), ((1, 0), (0, 1)), (1, 1), 2, np.int32),
+    ((2, 2, 8, 7), (3, 2, 2, 2), (3, 2), ((0, -2), (1, -1)), (1, 1), 1, np.float32),
 ]
 for _xs, _ws, _stride, _pad, _dil, _groups, _dtype in CONVS:
     _make = ints if np.dtype(_dtype).kind == "i" else rand

@@ -178,6 +178,12 @@ def test_a_budget_too_small_names_the_smallest_feasible_one():
         tg.compile(grads, memory_budget=1024)
     smallest = int(SMALLEST.search(str(err.value)).group(1))
     assert tg.compile(grads, memory_budget=smallest).plan.arena_size <= smallest
+    # the floor is the least of the fixed points, recompute-all among them
+    floor = compile_checkpointed(grads, "all")
+    assert floor.remat.method == "recompute-all"
+    assert smallest <= floor.plan.arena_size < tg.compile(grads).plan.arena_size
+    with pytest.raises(tg.GraphError, match="recompute must be 'layers' or 'all'"):
+        compile_checkpointed(grads, "some")
 
 
 @pytest.mark.parametrize("budget", [0, -5, 1.5, True, "40MiB"])
