@@ -158,16 +158,28 @@ def max_pool2d(
     """torch.nn.functional.max_pool2d (no indices): padding counts as -inf, and with
     ceil_mode a last partial window is kept when it starts inside the input or the left
     padding (torch's output-size rule, see ir.window_inference)."""
-    kernel = _pair(kernel_size)
     return emit(
-        "max_pool2d",
-        [x],
-        kernel_size=kernel,
-        stride=_pair(stride) if stride is not None else kernel,
-        padding=_pair(padding),
-        dilation=_pair(dilation),
-        ceil_mode=bool(ceil_mode),
+        "max_pool2d", [x], **max_pool_attrs(kernel_size, stride, padding, dilation, ceil_mode)
     )
+
+
+def max_pool_attrs(
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] | None,
+    padding: int | Sequence[int],
+    dilation: int | Sequence[int],
+    ceil_mode: bool,
+) -> dict[str, object]:
+    """A max pool's canonical attributes from torch's arguments (a stride of None: the
+    kernel's), shared by the pool and its backward (ir.pool_grad)."""
+    kernel = _pair(kernel_size)
+    return {
+        "kernel_size": kernel,
+        "stride": _pair(stride) if stride is not None else kernel,
+        "padding": _pair(padding),
+        "dilation": _pair(dilation),
+        "ceil_mode": bool(ceil_mode),
+    }
 
 
 def avg_pool2d(

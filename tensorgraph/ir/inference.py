@@ -154,26 +154,25 @@ def infer_matmul(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     return shape, promote_types(a.dtype, b.dtype)
 
 
-def infer_matmul_transposed(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    """a (..., M, K) @ b (..., N, K) read as its transpose (..., K, N): matmul's rule on
-    b with its last two axes swapped; both operands need two axes or more."""
-    a, b = xs
-    for x in xs:
-        if len(x.shape) < 2:
-            raise ShapeError(f"matmul_transposed needs operands of rank >= 2 but got {x}")
-    swapped = evolve(b, label=f"{b.label}.T", shape=(*b.shape[:-2], b.shape[-1], b.shape[-2]))
-    return infer_matmul([a, swapped], attrs)
+def _transposed_operand(op: str, which: int) -> Infer:
+    """matmul's rule with operand `which` read as its transpose (its last two axes
+    swapped); both operands need two axes or more."""
+
+    def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+        for x in xs:
+            if len(x.shape) < 2:
+                raise ShapeError(f"{op} needs operands of rank >= 2 but got {x}")
+        x = xs[which]
+        swapped = evolve(x, label=f"{x.label}.T", shape=(*x.shape[:-2], x.shape[-1], x.shape[-2]))
+        return infer_matmul([swapped, xs[1]] if which == 0 else [xs[0], swapped], attrs)
+
+    return infer
 
 
-def infer_matmul_transposed_a(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    """a (..., K, M) read as its transpose (..., M, K) @ b (..., K, N): matmul's rule on
-    a with its last two axes swapped; both operands need two axes or more."""
-    a, b = xs
-    for x in xs:
-        if len(x.shape) < 2:
-            raise ShapeError(f"matmul_transposed_a needs operands of rank >= 2 but got {x}")
-    swapped = evolve(a, label=f"{a.label}.T", shape=(*a.shape[:-2], a.shape[-1], a.shape[-2]))
-    return infer_matmul([swapped, b], attrs)
+# a (..., M, K) @ b (..., N, K) read as its transpose (..., K, N)
+infer_matmul_transposed = _transposed_operand("matmul_transposed", 1)
+# a (..., K, M) read as its transpose (..., M, K) @ b (..., K, N)
+infer_matmul_transposed_a = _transposed_operand("matmul_transposed_a", 0)
 
 
 def _check_axes(x: Operand, axes: tuple[int, ...]) -> None:

@@ -105,17 +105,10 @@ def max_pool2d_backward(
     """The cotangent of x through `max_pool2d(x, kernel_size, ...)`, whose result is
     `out`, for the cotangent g of out (module docstring); the pool's arguments as
     `tg.max_pool2d` takes them."""
-    from tensorgraph.ir.conv import _pair
+    from tensorgraph.ir.conv import max_pool_attrs
     from tensorgraph.ir.tensor import emit
 
-    kernel = _pair(kernel_size)
-    attrs = {
-        "kernel_size": kernel,
-        "stride": _pair(stride) if stride is not None else kernel,
-        "padding": _pair(padding),
-        "dilation": _pair(dilation),
-        "ceil_mode": bool(ceil_mode),
-    }
+    attrs = max_pool_attrs(kernel_size, stride, padding, dilation, ceil_mode)
     return emit("max_pool2d_backward", [x, out, g], **attrs)
 
 

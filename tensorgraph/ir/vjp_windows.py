@@ -6,9 +6,9 @@ import: convolutions as convolutions, pools and resizes through gathers or matri
   transposed product with x's rows cut out of it); the weight's is a convolution of the
   input (channels as batch) by g (batch as channels) with stride and dilation swapped,
   padded (asymmetrically, by the convolution itself: no copy of the input) to exactly
-  the extent the kernel's taps read (`weight_gradient`, per group). conv_transpose2d is conv2d's adjoint: its input's cotangent is
-  conv2d(g, w) and its weight's the same weight gradient with input and cotangent
-  exchanged.
+  the extent the kernel's taps read (`weight_gradient`, per group). conv_transpose2d
+  is conv2d's adjoint: its input's cotangent is conv2d(g, w) and its weight's the same
+  weight gradient with input and cotangent exchanged.
 - max_pool2d and adaptive_max_pool2d: their own backward ops (ir.pool_grad: the
   cotangent split evenly among each window's maxima, MLX's max convention); those ops
   are linear in the cotangent, and their transpose gathers it back over the maxima
