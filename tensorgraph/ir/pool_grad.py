@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from tensorgraph.errors import DTypeError, ShapeError
 from tensorgraph.ir.dtypes import DType
-from tensorgraph.ir.ops import AttrSpec, OpDef, Operand, register
+from tensorgraph.ir.ops import OPS, Infer, OpDef, Operand, register
 from tensorgraph.ir.shapes import Shape
 from tensorgraph.ir.window_inference import infer_adaptive_pool, infer_pool
 
@@ -38,16 +38,8 @@ if TYPE_CHECKING:
     from tensorgraph.ir.node import Node
     from tensorgraph.ir.tensor import Tensor
 
-MAX_POOL_ATTRS = {
-    "kernel_size": AttrSpec("ints"),
-    "stride": AttrSpec("ints"),
-    "padding": AttrSpec("ints", (0, 0)),
-    "ceil_mode": AttrSpec("bool", False),
-    "dilation": AttrSpec("ints", (1, 1)),
-}
 
-
-def _infer(pooled: object) -> object:
+def _infer(pooled: Infer) -> Infer:
     """Inference of a pool's backward from the forward pool's: x's shape and dtype, with
     `out` and `g` of the shape the pool gives x and x's float dtype."""
 
@@ -66,19 +58,11 @@ def _infer(pooled: object) -> object:
     return infer
 
 
-register(
-    OpDef("max_pool2d_backward", 3, 3, _infer(infer_pool), dict(MAX_POOL_ATTRS), category="pool")
-)
-register(
-    OpDef(
-        "adaptive_max_pool2d_backward",
-        3,
-        3,
-        _infer(infer_adaptive_pool),
-        {"output_size": AttrSpec("ints")},
-        category="pool",
-    )
-)
+# Each backward has its pool's attributes (the op table registers the pools before it
+# imports this module).
+for _pool, _rule in (("max_pool2d", infer_pool), ("adaptive_max_pool2d", infer_adaptive_pool)):
+    _attrs = dict(OPS[_pool].attrs)
+    register(OpDef(f"{_pool}_backward", 3, 3, _infer(_rule), _attrs, category="pool"))
 
 
 def max_pool_backward(pool: Node, x: Tensor, out: Tensor, g: Tensor) -> Tensor:
@@ -88,8 +72,8 @@ def max_pool_backward(pool: Node, x: Tensor, out: Tensor, g: Tensor) -> Tensor:
     # graph, which needs the registry: so the handle plumbing is imported on use.
     from tensorgraph.ir.tensor import emit
 
-    names = MAX_POOL_ATTRS if pool.op == "max_pool2d" else ("output_size",)
-    return emit(f"{pool.op}_backward", [x, out, g], **{n: pool.attr(n) for n in names})
+    attrs = {name: pool.attr(name) for name in OPS[pool.op].attrs}
+    return emit(f"{pool.op}_backward", [x, out, g], **attrs)
 
 
 def max_pool2d_backward(
