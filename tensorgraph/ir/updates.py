@@ -29,6 +29,11 @@ from tensorgraph.ir.dtypes import DType
 from tensorgraph.ir.ops import AttrSpec, OpDef, Operand, register
 from tensorgraph.ir.shapes import Shape, normalize_axis
 
+# The functional updates of their operand 0 (the target): the output is the target with
+# some elements replaced, so writing it over the target reads element i where it writes
+# it (the planner's reinplace, CSE's fills, update placement).
+UPDATE_OPS = ("slice_update", "index_update")
+
 if TYPE_CHECKING:
     from tensorgraph.ir.tensor import Tensor
 

@@ -23,6 +23,7 @@ import numpy as np
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
+from tensorgraph.ir.updates import UPDATE_OPS
 from tensorgraph.passes.result import PassResult
 
 
@@ -58,11 +59,6 @@ def cse_key(node: Node) -> tuple:
     return (node.op, attrs, node.shape, node.dtype, inputs)
 
 
-# Functional updates of their operand 0 (planner/aliasing.py's UPDATE_OPS): each may
-# write over that operand where nothing reads it later.
-_UPDATES = ("slice_update", "index_update")
-
-
 def _mergeable(node: Node, filled: frozenset[int]) -> bool:
     opdef = OPS[node.op]
     if node.op in ("input", "param"):
@@ -82,7 +78,7 @@ def _update_targets(graph: Graph) -> frozenset[int]:
     return frozenset(
         n.inputs[0]
         for n in graph.nodes
-        if n.op in _UPDATES and n.inputs and graph.node(n.inputs[0]).op == "full"
+        if n.op in UPDATE_OPS and n.inputs and graph.node(n.inputs[0]).op == "full"
     )
 
 

@@ -57,12 +57,10 @@ from tensorgraph.errors import GraphError
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS, view_offset
+from tensorgraph.ir.updates import UPDATE_OPS
 from tensorgraph.planner.copy_elim import place_concats
 
 ANALYSES = ("view_alias", "copy_elim", "reinplace")
-# Functional updates of their operand 0 (the target): the output is the target with some
-# elements replaced, so writing it over the target reads element i where it writes it.
-UPDATE_OPS = ("slice_update", "index_update")
 KINDS = ("view", "inplace", "concat")
 
 
