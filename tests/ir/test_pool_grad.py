@@ -224,3 +224,20 @@ def test_scratch_bounds_what_the_mlx_lowering_allocates(shape, pool) -> None:
     xs = mx.array(rng.integers(-2, 3, shape).astype(np.float32))
     args = [xs, lowering_of(out.node)(out.node, [xs]), mx.array(rng.standard_normal(out.shape))]
     assert lowering_scratch(node, args) <= SCRATCH[node.op](g, node)
+
+
+@pytest.mark.parametrize(("size", "pooled"), [((7, 5), (3, 4)), ((4, 6), (4, 6)), ((5, 5), (1, 1))])
+def test_adaptive_max_pool_gradients_agree_with_the_loop_on_every_backend(size, pooled) -> None:
+    """Overlapping, one-to-one and global windows, with ties, through autodiff."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-2, 3, (2, 3, *size)).astype(np.float32)
+    weights = rng.standard_normal((2, 3, *pooled)).astype(np.float32)
+    g = tg.Graph("adaptive")
+    g.output((tg.adaptive_max_pool2d(g.input("x", x.shape), pooled) * g.constant(weights)).sum())
+    prog = tg.compile(tg.value_and_grad(g, "x"))
+    assert "adaptive_max_pool2d_backward" in {n.op for n in prog.graph.nodes}
+    want = loop_gradient(x, weights, adaptive_pool_windows(*size, *pooled))
+    ref = prog.run({"x": x}, backend="numpy")[1]
+    np.testing.assert_allclose(ref, want, rtol=1e-6, atol=1e-6)
+    assert prog.run({"x": x}, backend="arena")[1].tobytes() == ref.tobytes()
+    np.testing.assert_allclose(prog.run({"x": x}, backend="mlx")[1], ref, rtol=1e-6, atol=1e-6)
