@@ -18,7 +18,7 @@ from tensorgraph.models import build_model
 from tensorgraph.runtime.reference import run_reference
 from tests.test_cli import tensorgraph
 
-MLP = ["--config", "features=8", "hidden=16", "layers=1", "classes=4"]
+MLP = ["--config", "features=8", "hidden=16", "layers=2", "classes=4"]
 GPT2 = ["--config", "dim=16", "heads=2", "layers=1", "vocab=32", "seq=8", "max_positions=8"]
 STEP = re.compile(r"^\[(\d+)/(\d+)\] loss (\S+)  [\d,]+ (samples|tokens)/s$")
 
@@ -39,7 +39,7 @@ def _cross_entropy(logits: np.ndarray, target: np.ndarray) -> float:
 @pytest.mark.parametrize(
     ("model", "flags", "config", "unit"),
     [
-        ("mlp", MLP, {"features": 8, "hidden": 16, "layers": 1, "classes": 4}, "samples"),
+        ("mlp", MLP, {"features": 8, "hidden": 16, "layers": 2, "classes": 4}, "samples"),
         (
             "gpt2",
             GPT2,
@@ -159,7 +159,7 @@ def test_a_budget_below_keeping_everything_recomputes_and_trains_the_same(capsys
     import tensorgraph as tg
     from tensorgraph.cli_train import make_optimizer
 
-    task = training_task("mlp", {"features": 8, "hidden": 16, "layers": 1, "classes": 4}, 0)
+    task = training_task("mlp", {"features": 8, "hidden": 16, "layers": 2, "classes": 4}, 0)
     keep_all = tg.compile(tg.train_step(task.graph, optimizer=make_optimizer("adamw", None)))
     budget = keep_all.plan.arena_size - 1
     runs = {}
