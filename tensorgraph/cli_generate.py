@@ -136,11 +136,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
             return _check_rounding(args, program, prompt, result.tokens, expected, oracle)
     else:
         expected, oracle = model.expected(prompt, args.tokens), model.oracle
-    if not np.array_equal(result.tokens, expected):
-        step = int(np.argmax((result.tokens != expected).any(axis=0)))
+    return report_match(result.tokens, expected, oracle)
+
+
+def report_match(tokens: np.ndarray, expected: np.ndarray, oracle: str) -> int:
+    """Print whether the generated `tokens` equal `expected` (`oracle` names where they
+    come from), with the first differing new token where they do not; 0 or 1."""
+    if not np.array_equal(tokens, expected):
+        step = int(np.argmax((tokens != expected).any(axis=0)))
         print(
             f"tokens match {oracle}: NO (first difference at new token {step}: "
-            f"{result.tokens[:, step].tolist()} vs {expected[:, step].tolist()})"
+            f"{tokens[:, step].tolist()} vs {expected[:, step].tolist()})"
         )
         return 1
     print(f"tokens match {oracle}: yes")

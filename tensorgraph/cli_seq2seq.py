@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from tensorgraph.cli import UsageError, compile, print_tokens
+from tensorgraph.cli_generate import report_match
 
 __all__ = ["SEQ2SEQ_SMALL", "cmd_generate_seq2seq", "is_seq2seq"]
 
@@ -213,12 +214,4 @@ def cmd_generate_seq2seq(args: argparse.Namespace) -> int:
         )
         expected = reference.tokens
         oracle = f"the same sampler (seed {sampler.seed}) on the NumPy reference interpreter"
-    if not np.array_equal(result.tokens, expected):
-        step = int(np.argmax((result.tokens != expected).any(axis=0)))
-        print(
-            f"tokens match {oracle}: NO (first difference at new token {step}: "
-            f"{result.tokens[:, step].tolist()} vs {expected[:, step].tolist()})"
-        )
-        return 1
-    print(f"tokens match {oracle}: yes")
-    return 0
+    return report_match(result.tokens, expected, oracle)
