@@ -16,6 +16,7 @@ only where MLX's own elementwise kernels round differently.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import mlx.core as mx
@@ -80,21 +81,28 @@ def _max_pool2d_backward(node: Node, args: Sequence[mx.array]) -> mx.array:
     shifts = [(0, 0), (0, 0)] + [(reach[a], max(0, extent[a] - out.shape[2 + a])) for a in range(2)]
     out_far = mx.pad(out, shifts, constant_values=float("nan"))  # equal to nothing
     quotient_far = mx.pad(quotient, shifts)
+    # per axis, each residue's reaching taps (ascending) as the window-row shift they read
+    shifts_of = [
+        [
+            [
+                reach[a] + (r - t * dilation[a]) // stride[a]
+                for t in range(k)
+                if (t * dilation[a] - r) % stride[a] == 0
+            ]
+            for r in range(stride[a])
+        ]
+        for a, k in enumerate((kh, kw))
+    ]
     classes = []
     for rho in range(stride[0]):
         row = []
         for sigma in range(stride[1]):
             cell = grid[:, :, rho :: stride[0], sigma :: stride[1]]
             total = mx.zeros(cell.shape, x.dtype)
-            for i in range(kh):
-                for j in range(kw):
-                    if (i * dilation[0] - rho) % stride[0] or (j * dilation[1] - sigma) % stride[1]:
-                        continue
-                    top = reach[0] + (rho - i * dilation[0]) // stride[0]
-                    left = reach[1] + (sigma - j * dilation[1]) // stride[1]
-                    rows, cols = slice(top, top + extent[0]), slice(left, left + extent[1])
-                    hit = (cell == out_far[:, :, rows, cols]).astype(x.dtype)
-                    total = total + hit * quotient_far[:, :, rows, cols]
+            for top, left in itertools.product(shifts_of[0][rho], shifts_of[1][sigma]):
+                rows, cols = slice(top, top + extent[0]), slice(left, left + extent[1])
+                hit = (cell == out_far[:, :, rows, cols]).astype(x.dtype)
+                total = total + hit * quotient_far[:, :, rows, cols]
             row.append(total)
         classes.append(mx.stack(row, axis=-1))
     full = mx.stack(classes, axis=3).reshape(n, c, extent[0] * stride[0], extent[1] * stride[1])
