@@ -93,28 +93,63 @@ class RematModel:
         return len(self.base)
 
     def peak(
-        self, recompute: frozenset[int] | set[int], fresh: frozenset[int] | set[int] = frozenset()
+        self,
+        recompute: frozenset[int] | set[int],
+        fresh: frozenset[int] | set[int] = frozenset(),
+        splits: Mapping[int, Sequence[int]] | None = None,
     ) -> int:
         """The model's peak (bytes) when the roots in `recompute` are recomputed with the
-        copies `emissions(recompute, fresh)` places."""
-        return int(self.profile(recompute, self.emissions(recompute, fresh)).max(initial=0))
+        copies `emissions(recompute, fresh, splits)` places."""
+        emit = self.emissions(recompute, fresh, splits)
+        return int(self.profile(recompute, emit).max(initial=0))
 
     def emissions(
-        self, recompute: frozenset[int] | set[int], fresh: frozenset[int] | set[int] = frozenset()
+        self,
+        recompute: frozenset[int] | set[int],
+        fresh: frozenset[int] | set[int] = frozenset(),
+        splits: Mapping[int, Sequence[int]] | None = None,
     ) -> dict[int, tuple[int, ...]]:
         """The steps before which copies of each needed recomputed root are emitted. Its
         reads are its backward readers and the emissions of the recomputed candidates
         reading it; a root in `fresh` gets a copy at each step that reads it (freed after
         that step: least memory, most FLOPs), any other one copy at the first, living
-        through the last (`latest_emission`). A root nothing reads gets none."""
+        through the last (`latest_emission`), and one more at each step of
+        `splits[root]` that reads it (a copy split in two: the first dies after its last
+        read before that step). A root nothing reads gets none."""
         emit: dict[int, tuple[int, ...]] = {}
+        splits = splits or {}
         for u in sorted(recompute, key=lambda r: -self.born[r]):
             points = set(self.uses[u])
             for v in self.consumers[u]:
                 points.update(emit.get(v, ()))
-            if points:
-                emit[u] = tuple(sorted(points)) if u in fresh else (min(points),)
+            if not points:
+                continue
+            if u in fresh:
+                emit[u] = tuple(sorted(points))
+            else:
+                emit[u] = tuple(sorted({min(points), *points.intersection(splits.get(u, ()))}))
         return emit
+
+    def reads(self, u: int, emit: Mapping[int, Sequence[int]]) -> tuple[int, ...]:
+        """The steps reading root `u` under the copies `emit`: its backward readers and
+        the copies of the recomputed candidates reading it, ascending."""
+        points = set(self.uses[u])
+        for v in self.consumers[u]:
+            points.update(_steps(emit.get(v)))
+        return tuple(sorted(points))
+
+    def substep_steps(self, emit: Mapping[int, int | Sequence[int]]) -> np.ndarray:
+        """The step of each of `profile`'s sub-steps for the copies `emit`."""
+        return np.repeat(np.arange(self.steps), self._widths(emit))
+
+    def _widths(self, emit: Mapping[int, int | Sequence[int]]) -> list[int]:
+        """Sub-steps per step: one for the step's own node and one per copy emitted
+        before it."""
+        width = [1] * self.steps
+        for e in emit.values():
+            for step in _steps(e):
+                width[step] += 1
+        return width
 
     def latest_emission(self, recompute: frozenset[int] | set[int]) -> dict[int, int]:
         """The step before which each needed copy is emitted when each recomputed root
@@ -136,10 +171,9 @@ class RematModel:
         for u, steps in points.items():
             for step in steps:
                 cluster.setdefault(step, []).append(u)
-        width = [1] * self.steps
-        for step, members in cluster.items():
+        for members in cluster.values():
             members.sort(key=self.born.__getitem__)
-            width[step] += len(members)
+        width = self._widths(points)
         start = [0] * self.steps  # the first sub-step of each step
         for t in range(1, self.steps):
             start[t] = start[t - 1] + width[t - 1]

@@ -14,9 +14,16 @@ from __future__ import annotations
 
 from tensorgraph.planner.remat import RematModel
 from tensorgraph.planner.remat_program import RematChoice
+from tensorgraph.planner.remat_tighten import tighten
 
 # Model evaluations (peak profiles) the heuristic may spend.
 DEFAULT_GREEDY_WORK = 1_000
+# Model evaluations each tightening (planner/remat_tighten.py) may spend, from each of
+# its two starts (a step evaluates every move at the peak: tens on the zoo's steps).
+# Measured on bench_remat's zoo steps: from checkpoint-every-layer, ResNet-18 ends
+# within 6-75 evaluations; from keeping everything it spends all 1,000 there (1-2 s)
+# without fitting, and the MLP, GPT-2 and Llama steps end within 10-310 (0.2 s).
+TIGHTEN_WORK = 1_000
 
 
 def solve_greedy(
@@ -33,7 +40,10 @@ def solve_greedy(
     - relaxing: from the least memory the model knows (every candidate recomputed, a
       fresh copy at each read), and then from each point above, repeatedly take the
       move saving the most FLOPs (its own copies' estimate) that still fits: copy a
-      root once instead of at each read, or keep it.
+      root once instead of at each read, or keep it;
+    - tightening (planner/remat_tighten.py), from keeping everything and from
+      checkpoint-every-layer: at the peak, recompute a kept value or split a copy in
+      two, the most overflow removed per FLOP first (TIGHTEN_WORK evaluations each).
 
     None when even the least-memory point does not fit."""
     from tensorgraph.planner.remat import checkpoint_layers
@@ -96,12 +106,18 @@ def solve_greedy(
         return recompute, fresh
 
     points = [relax(everything, everything), *(relax(*p) for p in points)]
+    found = [(r, model.emissions(r, f)) for r, f in points]
+    # Tightening, from keeping everything and from checkpoint-every-layer.
+    for start in (frozenset(), everything - frozenset(layer_inputs)):
+        tight, _ = tighten(model, budget, start, TIGHTEN_WORK)
+        if tight is not None:
+            found.append((tight.recompute, dict(tight.emit)))
 
-    def price(point: tuple[frozenset[int], frozenset[int]]) -> int:
-        return model.recompute_cost(point[0], model.emissions(*point))
+    def rank(point: tuple[frozenset[int], dict[int, tuple[int, ...]]]) -> tuple:
+        recompute, emit = point
+        return model.recompute_cost(recompute, emit), sorted(recompute), sorted(emit.items())
 
-    recompute, fresh = min(points, key=lambda p: (price(p), sorted(p[0]), sorted(p[1])))
-    emit = model.emissions(recompute, fresh)
+    recompute, emit = min(found, key=rank)
     return RematChoice(
         recompute,
         emit,

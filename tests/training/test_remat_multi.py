@@ -14,6 +14,7 @@ from tensorgraph.compiler import CompileOptions, _rewrite
 from tensorgraph.ir.verify import verify
 from tensorgraph.planner.remat import build_model, rematerialize
 from tensorgraph.planner.remat_milp import solve_greedy, solve_milp
+from tensorgraph.planner.remat_tighten import tighten
 from tensorgraph.remat import compile_checkpointed
 from tests.training.remat_strategies import layered_networks
 from tests.training.test_remat import check_program, compile_or_smallest, deep_mlp, feeds_for
@@ -84,3 +85,24 @@ def test_a_budget_one_copy_each_cannot_meet_is_met_by_copying_twice():
     assert prog.remat.copies > len(prog.remat.recomputed)  # some value copied twice
     feeds = feeds_for(grads)
     check_program(prog, smallest, keep.run(*feeds, backend="numpy"), feeds)
+
+
+@settings(max_examples=4, deadline=None)
+@given(graph=layered_networks(), fraction=st.floats(0.0, 1.0), data=st.data())
+def test_a_tightened_point_fits_and_keeps_every_output_bit_for_bit(graph, fraction, data):
+    grads, rewritten, model = gradient_model(graph)
+    budget = budget_between(model, fraction)
+    drawn = data.draw(st.sets(st.sampled_from(model.candidates))) if model.candidates else ()
+    point, spent = tighten(model, budget, frozenset(drawn), 300)
+    assert spent <= 300 + len(model.candidates)  # the work, plus one step's moves
+    if point is None:
+        return
+    assert point.emit == model.emissions(point.recompute, frozenset(), point.splits)
+    assert point.peak == model.peak(point.recompute, frozenset(), point.splits) <= budget
+    for u, steps in point.emit.items():  # the copies stand at steps reading their root
+        assert set(steps) <= set(model.reads(u, point.emit))
+    assert point.flops == sum(model.cost[u] * len(s) for u, s in point.emit.items())
+    feeds = feeds_for(grads)
+    expected = tg.compile(grads).run(*feeds, backend="numpy")
+    ours = tg.compile(rematerialize(rewritten, point.emit)).run(*feeds, backend="arena")
+    assert all(np.array_equal(a, b) for a, b in zip(ours, expected, strict=True))
