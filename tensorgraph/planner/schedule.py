@@ -209,7 +209,53 @@ def _moves(graph: Graph, order: tuple[int, ...], cost: CostModel) -> list[tuple[
             earliest = max(position[i] for i in graph.node(last).inputs) + 1
             if earliest < position[last]:
                 moves.append(_move(order, position[last], earliest))
+        # The buffer's last reader through any alias (an in-place successor's reader;
+        # for a buffer holding an output, the last node).
+        if order[buffer.end - 1] != producer.id:
+            hoisted = _hoist_cluster(graph, order, position, users, order[buffer.end - 1])
+            if hoisted is not None:
+                moves.append(hoisted)
     return moves
+
+
+def _hoist_cluster(
+    graph: Graph,
+    order: tuple[int, ...],
+    position: dict[int, int],
+    users: dict[int, list[int]],
+    last: int,
+) -> tuple[int, ...] | None:
+    """`order` with `last` (the last reader of a buffer live at the peak) hoisted
+    together with its cluster: the producers read only within the cluster (a value
+    made for `last` alone, as a recomputed copy is, and a param or input only it reads,
+    which costs no step wherever it stands) and the readers of cluster values
+    whose every input the cluster or the nodes before it give (a reduction of `last`'s
+    result), all placed right after the latest input from outside, in their order.
+    None when that moves nothing earlier. One move where single-node moves each leave
+    the peak where it is: a reader hoisted without its operand's producer, or without
+    the reduction that frees its result, holds as much as before."""
+    cluster = {last}
+    stack = [last]
+    while stack:
+        for i in graph.node(stack.pop()).inputs:
+            if i not in cluster and all(u in cluster for u in users[i]):
+                cluster.add(i)
+                stack.append(i)
+    outside = [position[i] for n in cluster for i in graph.node(n).inputs if i not in cluster]
+    anchor = max(outside, default=-1) + 1
+    for n in sorted(cluster, key=position.__getitem__):
+        for u in users[n]:
+            if u in cluster or position[u] < anchor:
+                continue
+            if all(i in cluster or position[i] < anchor for i in graph.node(u).inputs):
+                cluster.add(u)
+    if len(cluster) == 1:
+        return None  # the single-node hoist
+    members = sorted(cluster, key=position.__getitem__)
+    rest = [n for n in order if n not in cluster]
+    cut = sum(1 for n in order[:anchor] if n not in cluster)
+    moved = (*rest[:cut], *members, *rest[cut:])
+    return None if moved == order else moved
 
 
 def _move(order: tuple[int, ...], source: int, target: int) -> tuple[int, ...]:

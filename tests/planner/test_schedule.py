@@ -103,3 +103,32 @@ def test_the_chosen_orders_aliasing_is_what_the_alias_analysis_gives_for_it(
         fresh.peak(order)
     assert fresh.work == 2 * len(graph)
     assert fresh.peak(result.order) == peak_of(ordered)
+
+
+def reader_of_a_private_copy() -> tg.Graph:
+    """d = exp(x) is read twice: by e = d * s, whose copy t (a transpose, an output) is
+    made right after it in program order, and by p = d * c, where c = sin(w) is made for
+    p alone (as a recomputed copy is) and r = sum(p). Every buffer is 256 KiB."""
+    g = tg.Graph("private_copy")
+    n = 64 * 1024
+    x = g.input("x", (n,))
+    d = tg.exp(x)
+    e = d * g.param("s", (n,))
+    t = e.reshape(256, 256).transpose(1, 0).reshape(n)
+    p = d * tg.sin(g.param("w", (n,)))
+    g.output(t)
+    g.output(p.sum())
+    return g
+
+
+def test_a_reader_is_hoisted_with_the_copy_made_for_it_and_the_reduction_freeing_it():
+    # Program order: at t, d (read by p later), e and t are live: 3 x 256 KiB. Moving
+    # p alone before e leaves it after its operand c, moving c alone holds c across t:
+    # no single move lowers that. Hoisted together (c, p, r right after d), p writes
+    # over c, then e over d (its last reader) and t beside it: 2 x 256 KiB, plus r's
+    # 64-byte scalar, an output, live from there on.
+    graph = reader_of_a_private_copy()
+    result = schedule(graph, "best")
+    assert result.program_peak == 3 * 256 * KIB
+    assert result.peak == 2 * 256 * KIB + 64
+    assert is_topological(graph, result.order)
