@@ -189,12 +189,15 @@ def peak_of(graph: Graph, alignment: int = 64, analyses: Sequence[str] = ANALYSE
 def _moves(graph: Graph, order: tuple[int, ...], cost: CostModel) -> list[tuple[int, ...]]:
     """Candidate neighbours of `order`: for each buffer live at the peak step, sink its
     producer to just before its first reader, and hoist its last reader to just after
-    that reader's latest input. Largest buffers first."""
+    that reader's latest input, largest buffers first; then, for each, its last reader
+    through any alias hoisted with its cluster (`_hoist_cluster`). The cluster moves come
+    last, so the first-improvement search takes the path it took without them up to
+    where no single-node move improves, and goes on from there."""
     live = cost.liveness(order)
     peak_step = live.peak_step(cost.alignment)
     position = {node_id: step for step, node_id in enumerate(order)}
     users = graph.users()
-    moves = []
+    moves, clusters = [], []
     for buffer in sorted(live.live_at(peak_step), key=lambda b: (-b.size, b.id)):
         producer = graph.node(buffer.id)
         if OPS[producer.op].boundary:
@@ -214,8 +217,8 @@ def _moves(graph: Graph, order: tuple[int, ...], cost: CostModel) -> list[tuple[
         if order[buffer.end - 1] != producer.id:
             hoisted = _hoist_cluster(graph, order, position, users, order[buffer.end - 1])
             if hoisted is not None:
-                moves.append(hoisted)
-    return moves
+                clusters.append(hoisted)
+    return moves + clusters
 
 
 def _hoist_cluster(

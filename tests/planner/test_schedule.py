@@ -10,6 +10,7 @@ from tensorgraph.planner.aliasing import analyze_aliasing
 from tensorgraph.planner.schedule import (
     STRATEGIES,
     CostModel,
+    _hoist_cluster,
     is_topological,
     peak_of,
     reorder,
@@ -132,3 +133,16 @@ def test_a_reader_is_hoisted_with_the_copy_made_for_it_and_the_reduction_freeing
     assert result.program_peak == 3 * 256 * KIB
     assert result.peak == 2 * 256 * KIB + 64
     assert is_topological(graph, result.order)
+
+
+@settings(max_examples=40)
+@given(st.one_of(graphs(), chains()), st.data())
+def test_a_cluster_hoist_is_a_topological_order_moving_its_reader_no_later(graph, data):
+    order = schedule(graph, data.draw(st.sampled_from(STRATEGIES))).order
+    position = {n: k for k, n in enumerate(order)}
+    last = data.draw(st.sampled_from(order))
+    moved = _hoist_cluster(graph, order, position, graph.users(), last)
+    if moved is not None:
+        assert sorted(moved) == sorted(order) and moved != order
+        assert is_topological(graph, moved)
+        assert moved.index(last) <= position[last]
