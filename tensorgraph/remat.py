@@ -19,8 +19,9 @@ Steps:
    only up to MAX_VARIABLES), its single-copy restriction (planner/remat_single.py:
    one copy per recomputed value, from its first to its last backward reader; HiGHS
    certifies it on graphs whose full program is too large to solve) and the
-   heuristic (greedy, relaxing from the least memory, and the segment-checkpointing
-   family), fewest FLOPs first (on a tie the full program, then the single-copy
+   heuristic (greedy, relaxing from the least memory, the segment-checkpointing
+   family, and tightening at the peak, where a copy may be split in two), fewest
+   FLOPs first (on a tie the full program, then the single-copy
    one); plan the cheapest, and where its arena does not fit the others that could
    still win, up to the first that fits (they never move the bisection). The report's
    gap is that of the program the point came from, on that program's model: method
