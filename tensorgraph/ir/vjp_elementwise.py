@@ -59,7 +59,10 @@ UNARY: dict[str, Callable[[Node, Tensor, Tensor, Tensor], Tensor]] = {
     "neg": lambda node, x, out, g: -g,
     "abs": lambda node, x, out, g: g * mfn.sign(x),
     "square": lambda node, x, out, g: g * (2.0 * x),
-    "relu": lambda node, x, out, g: g * _mask(x > 0, g),
+    # relu(x) > 0 exactly where x > 0: the mask from the output, as torch saves it, so
+    # the backward never reads the input (an in-place relu's input is gone, and a
+    # recomputed input would be copied once more for the mask alone).
+    "relu": lambda node, x, out, g: g * _mask(out > 0, g),
     "exp": lambda node, x, out, g: g * out,
     "log": lambda node, x, out, g: g / x,
     "sqrt": lambda node, x, out, g: g * 0.5 / out,
