@@ -121,17 +121,17 @@ def tighten(
     point = search.point(recompute, {})
     while point.peak > budget and search.spent < work:
         over = search.overflow(point)
-        best: tuple[float, int, Point] | None = None
-        for k, (r, splits) in enumerate(search.moves(point)):
+        best: tuple[float, Point] | None = None  # the earlier of equal moves
+        for r, splits in search.moves(point):
             trial = search.point(r, splits)
             gained = over - search.overflow(trial)
             if gained > 0:
                 score = (trial.flops - point.flops) / gained
                 if best is None or score < best[0]:
-                    best = (score, k, trial)
+                    best = (score, trial)
         if best is None:
             return None, search.spent
-        point = best[2]
+        point = best[1]
     if point.peak > budget:
         return None, search.spent
     return search.drop(point), search.spent
