@@ -76,9 +76,8 @@ class _Search:
                     out.append((point.recompute | {u}, point.splits))
                 continue
             copies = point.emit.get(u, ())
-            serving = [e for e in copies if e <= step]
-            if not serving:
-                continue
+            if not any(e <= step for e in copies):
+                continue  # no copy of it is live at the peak yet
             following = [e for e in copies if e > step]
             stop = following[0] if following else model.steps
             later = [r for r in model.reads(u, point.emit) if step < r < stop]

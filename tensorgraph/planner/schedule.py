@@ -248,8 +248,6 @@ def _hoist_cluster(
     anchor = max(outside, default=-1) + 1
     for n in sorted(cluster, key=position.__getitem__):
         for u in users[n]:
-            if u in cluster or position[u] < anchor:
-                continue
             if all(i in cluster or position[i] < anchor for i in graph.node(u).inputs):
                 cluster.add(u)
     if len(cluster) == 1:
