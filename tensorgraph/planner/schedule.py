@@ -16,11 +16,13 @@ greedy and subtree heuristics are planner/order_heuristics.py's):
   computed once, for its first reader).
 - `best`: evaluates the others with the exact cost below and runs a bounded local
   search (sink a producer of a buffer live at the peak to just before its first reader,
-  or hoist a last reader of such a buffer to just after its latest input), keeping the
-  lowest; never worse than `program`, since `program` is a candidate. Each heuristic's
-  order (and the search's result) is also costed with its state updates placed
-  (planner/update_placement.py: each update chain right after the last reader of the
-  state's old value, so it writes over the state and frees its gradient there).
+  or hoist a last reader of such a buffer to just after its latest input; where neither
+  improves, hoist the buffer's last reader with the producers only it reads and the
+  readers it makes ready, `_hoist_cluster`), keeping the lowest; never worse than
+  `program`, since `program` is a candidate. Each heuristic's order (and the search's
+  result) is also costed with its state updates placed (planner/update_placement.py:
+  each update chain right after the last reader of the state's old value, so it writes
+  over the state and frees its gradient there).
 
 The exact cost of an order (`CostModel`) is the lower bound of the plan the compiler
 would make for it: the alias analyses run for that order, the one liveness analysis
