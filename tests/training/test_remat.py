@@ -18,7 +18,8 @@ from tensorgraph.compiler import CompileOptions, _rewrite
 from tensorgraph.ir.tensor import Tensor
 from tensorgraph.ir.verify import verify
 from tensorgraph.models import build_model as build_zoo_model
-from tensorgraph.models import mlp
+from tensorgraph.models.common import Weights
+from tensorgraph.nn import linear
 from tensorgraph.planner.check import verify_plan
 from tensorgraph.planner.remat import build_model, rematerialize
 from tensorgraph.remat import compile_checkpointed
@@ -115,7 +116,19 @@ def test_any_budget_on_deeper_layered_networks(graph, fraction):
 
 
 def deep_mlp() -> tg.Graph:
-    return with_loss(mlp(batch=256, features=32, hidden=64, layers=4, classes=5).graph)
+    """Four layers of linear -> maximum(z, 0) (batch 256, 32 features, 64 hidden, 5
+    classes) with a loss. maximum's gradient masks by its input, the pre-activation, so
+    keeping each layer's input (checkpoint-every-layer) leaves values to recompute;
+    relu's masks by its output, the next layer's input, and leaves none (the zoo MLP's
+    step keeps only what it reads)."""
+    g = tg.Graph("deep_mlp")
+    weights = Weights(g)
+    h = g.input("x", (256, 32), tg.float32)
+    for i in range(4):
+        w = weights.normal(f"w{i}", (h.shape[-1], 64))
+        h = tg.maximum(linear(h, w, weights.constant(f"b{i}", (64,), 0.01)), 0.0)
+    g.output(linear(h, weights.normal("head", (64, 5))))
+    return with_loss(g)
 
 
 def deep_mlp_programs() -> tuple[tg.Graph, tg.Program, tg.Program]:
