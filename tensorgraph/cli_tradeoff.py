@@ -10,10 +10,13 @@ keep-everything arena down to checkpoint-every-layer's (the last budget is exact
 arena, so the sweep's lowest point always fits). Why that range: above it keeping
 everything already fits, and below it the answer is at most recompute-everything's
 smaller arena, found only after a search that costs as much as the rest of the sweep.
-Where checkpointing every layer does not shrink the arena (a model whose weight
-gradients outweigh its activations), the budgets go down to half the keep-everything
-arena instead (the issue's reference point). A budget the search cannot meet is
-reported with the smallest budget found feasible, never dropped silently.
+Where checkpointing every layer does not shrink the arena (a model whose backward reads
+only the layer inputs, as a relu perceptron's does), the budgets go down to
+recompute-all's arena instead (`compile_checkpointed(step, "all")`, one compile, and a
+point every budget search falls back on, so it fits), and where that does not shrink it
+either, to half the keep-everything arena (the issue's reference point). A budget the
+search cannot meet is reported with the smallest budget found feasible, never dropped
+silently.
 
 Every figure is the compiler's own: the placed arena (bytes) and the recompute FLOPs
 (planner/flops.py's estimate) of `prog.remat`. Deterministic, as the compiler is.
@@ -47,13 +50,14 @@ class TradeoffPoint:
 @frozen
 class Sweep:
     """The fixed points `keep` and `layers`, the budget points `budgets` in falling
-    budget order, and `infeasible`: (budget, the PlanError's message) for each budget no
-    point met."""
+    budget order, `infeasible`: (budget, the PlanError's message) for each budget no
+    point met, and `reach`: what the lowest budget is (module docstring)."""
 
     keep: TradeoffPoint
     layers: TradeoffPoint
     budgets: tuple[TradeoffPoint, ...]
     infeasible: tuple[tuple[int, str], ...]
+    reach: str
 
 
 def _point(label: str, budget: int | None, prog: object) -> TradeoffPoint:
@@ -74,7 +78,11 @@ def sweep_budgets(step: Graph, points: int, progress: object = None) -> Sweep:
 
     keep = _point("keep everything", None, tg.compile(step))
     layers = _point("checkpoint every layer", None, compile_checkpointed(step))
-    floor = layers.arena if layers.arena < keep.arena else keep.arena // 2
+    floor, reach = layers.arena, "checkpoint-every-layer's"
+    if floor >= keep.arena:
+        floor, reach = compile_checkpointed(step, "all").plan.arena_size, "recompute-all's"
+    if floor >= keep.arena:
+        floor, reach = keep.arena // 2, "half of it"
     budgets = sorted(
         {keep.arena - (keep.arena - floor) * k // points for k in range(1, points + 1)}
     )
@@ -86,7 +94,7 @@ def sweep_budgets(step: Graph, points: int, progress: object = None) -> Sweep:
             infeasible.append((budget, str(err)))
         if progress is not None:
             progress(k, len(budgets), f"budget {budget:,} B")
-    return Sweep(keep, layers, tuple(found), tuple(infeasible))
+    return Sweep(keep, layers, tuple(found), tuple(infeasible), reach)
 
 
 def sweep_lines(sweep: Sweep) -> list[str]:
@@ -103,10 +111,7 @@ def sweep_lines(sweep: Sweep) -> list[str]:
         )
 
     points = len(sweep.budgets) + len(sweep.infeasible)
-    lines = [
-        f"trade-off: {points} budgets from keep-everything's arena down to "
-        + ("checkpoint-every-layer's" if sweep.layers.arena < sweep.keep.arena else "half of it")
-    ]
+    lines = [f"trade-off: {points} budgets from keep-everything's arena down to {sweep.reach}"]
     lines += [line(p) for p in (sweep.keep, *sweep.budgets, sweep.layers)]
     lines += [f"  budget {b:,} B: no point fits ({message})" for b, message in sweep.infeasible]
     return lines

@@ -127,12 +127,13 @@ def check_step(network: tg.Graph, hyper: tuple[str, dict], fraction: float | Non
 
 
 def mlp_step(optimizer: tg.optim.Optimizer) -> tg.Graph:
-    """loss = sum(relu(x @ w0 + b0) @ w1): two layers, batch 64 (activations dominate)."""
+    """loss = sum(maximum(x @ w0 + b0, 0) @ w1): two layers, batch 64 (activations
+    dominate); maximum's gradient masks by the pre-activation (relu's by its output)."""
     g = tg.Graph("mlp")
     x = g.input("x", (64, 32), tg.float32)
     w0, b0 = g.param("w0", (32, 32), tg.float32), g.param("b0", (32,), tg.float32)
     w1 = g.param("w1", (32, 8), tg.float32)
-    g.output((tg.relu(x @ w0 + b0) @ w1).sum())
+    g.output((tg.maximum(x @ w0 + b0, 0.0) @ w1).sum())
     return tg.train_step(bound(g), optimizer=optimizer)
 
 
