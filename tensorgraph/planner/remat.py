@@ -193,10 +193,9 @@ class RematModel:
         delta = [0] * (total + 1)
         live = np.repeat(np.asarray(self.base, dtype=np.int64), width)
         # Before a step's own node, its result is not yet there.
-        born = np.asarray(self.born_bytes, dtype=np.int64)
-        own = np.zeros(len(live), dtype=bool)
-        own[node] = True
-        live -= np.where(own, 0, np.repeat(born, width))
+        unborn = np.repeat(np.asarray(self.born_bytes, dtype=np.int64), width)
+        unborn[node] = 0
+        live -= unborn
 
         dies_at: dict[int, int] = {}  # a sub-step -> the root whose copy's last read it is
         for u in self.roots:
