@@ -71,8 +71,9 @@ class _Search:
         out: list[tuple[frozenset[int], Splits]] = []
         for u in model.candidates:
             if u not in point.recompute:
-                late = max((max(point.emit.get(v, (-1,))) for v in model.consumers[u]), default=-1)
-                if model.born[u] <= step <= max(model.baseline_end[u], late):
+                # Kept, it lives through its last read, a copy reading it included.
+                end = max((model.baseline_end[u], *model.reads(u, point.emit)))
+                if model.born[u] <= step <= end:
                     out.append((point.recompute | {u}, point.splits))
                 continue
             copies = point.emit.get(u, ())
