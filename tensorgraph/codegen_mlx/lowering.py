@@ -397,6 +397,7 @@ def _lowered(op: str, lower: Lowering) -> Lowering:
             "matmul_transposed_a",
             "conv2d",
             "conv_transpose2d",
+            "conv2d_weight_backward",
         )
         if contracts and any(a.size == 0 for a in args):
             return _filled(node, 0)
@@ -431,6 +432,7 @@ def lowering_of(node: Node, in_range: frozenset[int] = frozenset()) -> Lowering:
 
 
 from tensorgraph.codegen_mlx import (  # noqa: E402, F401  (they add to LOWERINGS)
+    conv_grad_lowering,
     expert_lowering,
     fused,
     pool_grad_lowering,

@@ -23,14 +23,19 @@ import mlx.core as mx
 
 from tensorgraph.codegen_mlx.lowering import LOWERINGS, _as, _lowered
 from tensorgraph.ir.node import Node
+from tensorgraph.ir.pool_grad import forward_pool, pooled_operands
 from tensorgraph.runtime.pool_grad_kernels import pool_geometry
 from tensorgraph.runtime.window_kernels import adaptive_windows
 
 
 def _computed(node: Node, args: Sequence[mx.array]) -> list[mx.array]:
-    """The operands in the computation precision: float32 for half types."""
+    """(x, out, g) in the computation precision (float32 for half types); without `out`,
+    the forward pool's lowering on x gives it (the oracle's windows and maxima)."""
+    x, out, g = pooled_operands(node, args)
+    if out is None:
+        out = LOWERINGS[node.op.removesuffix("_backward")](forward_pool(node, g.shape), [x])
     wide = node.dtype.name in ("float16", "bfloat16")
-    return [a.astype(mx.float32) if wide else _as(node, a) for a in args]
+    return [a.astype(mx.float32) if wide else _as(node, a) for a in (x, out, g)]
 
 
 def _taps(node: Node, padded: mx.array, pooled: tuple) -> list[tuple[int, int, mx.array]]:

@@ -49,6 +49,7 @@ segment outputs, checked after the last segment in schedule order.
 from __future__ import annotations
 
 import math
+import mmap
 from collections.abc import Callable, Mapping, Sequence
 
 import mlx.core as mx
@@ -62,6 +63,7 @@ from tensorgraph.codegen_mlx.fusion import (
 )
 from tensorgraph.codegen_mlx.guards import device_guarded, raise_if_broken, verdict
 from tensorgraph.codegen_mlx.lowering import lowering_of
+from tensorgraph.ir.conv_grad import reach
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
@@ -130,6 +132,26 @@ def _conv_transpose_scratch(graph: Graph, node: Node) -> int:
     return x.nbytes + w.nbytes + node.nbytes + (spread + padded + im2col) * node.dtype.itemsize
 
 
+def _conv_weight_backward_scratch(graph: Graph, node: Node) -> int:
+    """codegen_mlx/conv_grad_lowering.py's arrays: x padded to the taps' reach, the patch
+    matrix (output positions x kernel taps x input channels per group), the cotangent
+    rearranged per group, and the product before its reshape; each may be a block of
+    MLX's buffer cache up to two pages larger than asked (`BufferCache::
+    reuse_from_cache` takes a cached buffer below min(2 size, size + 2 pages)), which
+    matters where the arrays are small (measured: a grouped 4x8x9x9 case's four arrays
+    of 119,744 B took up to 132,000)."""
+    x, g = (graph.node(i) for i in node.inputs)
+    n, c = x.shape[:2]
+    _, _, oh, ow = g.shape
+    if 0 in g.shape:
+        return 0
+    padded = n * c * math.prod(reach(dict(node.attrs), (oh, ow))) * x.dtype.itemsize
+    kh, kw = node.attr("kernel_size")
+    im2col = n * oh * ow * c * kh * kw * x.dtype.itemsize
+    arrays = (padded, im2col, g.nbytes, node.nbytes)
+    return sum(size + min(size, 2 * mmap.PAGESIZE) for size in arrays)
+
+
 def _pool_scratch(graph: Graph, node: Node) -> int:
     """The padded input copy and the running window reduction beside the result."""
     x = graph.node(node.inputs[0])
@@ -147,8 +169,9 @@ def _pool_backward_scratch(graph: Graph, node: Node) -> int:
     mask and the running count (10 bytes per pooled element), the quotient, the pooled
     result and quotient shifted by the taps' reach; per tap within its class the
     comparison (bool), the float mask, the share and the running sum, per class the
-    zeros (13 bytes per class element per tap, 4 per class)."""
-    x, pooled = graph.node(node.inputs[0]), graph.node(node.inputs[1])
+    zeros (13 bytes per class element per tap, 4 per class); and where the node has no
+    `out` operand, the forward pool it runs for it (its result, the pooled shape)."""
+    x, pooled = graph.node(node.inputs[0]), graph.node(node.inputs[-1])
     n, c = x.shape[:2]
     kernel, padding = node.attr("kernel_size"), node.attr("padding")
     stride, dilation = node.attr("stride"), node.attr("dilation")
@@ -167,19 +190,23 @@ def _pool_backward_scratch(graph: Graph, node: Node) -> int:
         for o, k, d, s, e in zip(pooled.shape[2:], kernel, dilation, stride, classes, strict=True)
     )
     elements = 4 * (padded + 4 * grid + out + 2 * reach + cell * math.prod(stride))
-    return n * c * (elements + taps * (10 * out + 13 * cell))
+    pooled_again = 0 if len(node.inputs) == 3 else 4 * (padded + out)
+    return n * c * (elements + taps * (10 * out + 13 * cell)) + n * c * pooled_again
 
 
 def _adaptive_pool_backward_scratch(graph: Graph, node: Node) -> int:
     """Window by window: a window's hits and shares (each at most x's size) and the
-    result before and after its band's update."""
-    return 3 * node.nbytes
+    result before and after its band's update; without an `out` operand, the pooled
+    result the forward lowering makes for it."""
+    pooled = 0 if len(node.inputs) == 3 else graph.node(node.inputs[-1]).nbytes
+    return 3 * node.nbytes + 2 * pooled
 
 
 # Temporaries a node's MLX lowering allocates beside its output (bytes, an upper bound).
 SCRATCH: dict[str, Callable[[Graph, Node], int]] = {
     "conv2d": _conv_scratch,
     "conv_transpose2d": _conv_transpose_scratch,
+    "conv2d_weight_backward": _conv_weight_backward_scratch,
     "max_pool2d": _pool_scratch,
     "avg_pool2d": _pool_scratch,
     "max_pool2d_backward": _pool_backward_scratch,

@@ -308,6 +308,7 @@ register(
     )
 )
 from tensorgraph.ir import (  # noqa: E402, F401  (they register ops)
+    conv_grad,
     experts,
     pool_grad,
     quantized,

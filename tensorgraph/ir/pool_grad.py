@@ -1,10 +1,14 @@
 """The input gradients of the max pools as IR ops (issue 27's backward ops):
-`max_pool2d_backward(x, out, g)` and `adaptive_max_pool2d_backward(x, out, g)`, the
+`max_pool2d_backward(x, [out,] g)` and `adaptive_max_pool2d_backward(x, [out,] g)`, the
 vector-Jacobian products of `max_pool2d` / `adaptive_max_pool2d` (ir/vjp_windows.py
-emits them).
+emits them without `out`).
 
 Semantics. `x` is the pool's NCHW input, `out` its result and `g` the cotangent of
-`out` (both of the pooled shape); the result has x's shape and dtype. Each window's
+`out` (both of the pooled shape); the result has x's shape and dtype. `out` is optional:
+without it the kernels take the pool of x themselves (the forward kernel's windows and
+maxima, so the same values), and the plan need not hold the pooled result until the
+backward, where a rematerialised step would recompute it for this op alone (ResNet-18's
+stem: 64 KiB of the least arena any recompute reaches). Each window's
 cotangent g[n, c, i, j] is split evenly among the window's elements of x equal to
 out[n, c, i, j] (MLX's max convention: k tied maxima get g / k each; a NaN maximum
 matches nothing, so its window gives NaN, as g * 0 / 0), and every element of x gets
@@ -28,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from attrs import evolve
+
 from tensorgraph.errors import DTypeError, ShapeError
 from tensorgraph.ir.dtypes import DType
 from tensorgraph.ir.ops import OPS, Infer, OpDef, Operand, register
@@ -44,11 +50,11 @@ def _infer(pooled: Infer) -> Infer:
     `out` and `g` of the shape the pool gives x and x's float dtype."""
 
     def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-        x, out, g = xs
+        x, *pooled_operands = xs
         shape, _ = pooled([x], attrs)
         if not x.dtype.is_float:
             raise DTypeError(f"a max pool's gradient needs a float x but {x.label} is {x.dtype}")
-        for operand in (out, g):
+        for operand in pooled_operands:
             if tuple(operand.shape) != tuple(shape):
                 raise ShapeError(f"{operand} must have the pooled shape {tuple(shape)} of {x}")
             if operand.dtype != x.dtype:
@@ -62,23 +68,41 @@ def _infer(pooled: Infer) -> Infer:
 # imports this module).
 for _pool, _rule in (("max_pool2d", infer_pool), ("adaptive_max_pool2d", infer_adaptive_pool)):
     _attrs = dict(OPS[_pool].attrs)
-    register(OpDef(f"{_pool}_backward", 3, 3, _infer(_rule), _attrs, category="pool"))
+    register(OpDef(f"{_pool}_backward", 2, 3, _infer(_rule), _attrs, category="pool"))
 
 
-def max_pool_backward(pool: Node, x: Tensor, out: Tensor, g: Tensor) -> Tensor:
+def pooled_operands(node: Node, args: Sequence) -> tuple:
+    """(x, out or None, g) of a backward node's operands (any sequence: Tensors, arrays),
+    with or without `out`."""
+    return (args[0], args[1], args[2]) if len(args) == 3 else (args[0], None, args[1])
+
+
+def forward_pool(node: Node, pooled_shape: Sequence) -> Node:
+    """The forward pool a backward `node` differentiates, as a node reading its x and
+    giving `pooled_shape` (g's): what the kernels run where `out` is not an operand."""
+    return evolve(
+        node,
+        op=node.op.removesuffix("_backward"),
+        inputs=node.inputs[:1],
+        shape=tuple(pooled_shape),
+    )
+
+
+def max_pool_backward(pool: Node, x: Tensor, g: Tensor) -> Tensor:
     """The cotangent of x through `pool` (a max_pool2d or adaptive_max_pool2d node whose
-    input is x and result out), for the cotangent g of out (module docstring)."""
+    input is x), for the cotangent g of its result (module docstring): without `out`,
+    so the pooled result is not held for the backward."""
     # The registry core imports this module to complete `OPS`, and `ir.tensor` needs the
     # graph, which needs the registry: so the handle plumbing is imported on use.
     from tensorgraph.ir.tensor import emit
 
     attrs = {name: pool.attr(name) for name in OPS[pool.op].attrs}
-    return emit(f"{pool.op}_backward", [x, out, g], **attrs)
+    return emit(f"{pool.op}_backward", [x, g], **attrs)
 
 
 def max_pool2d_backward(
     x: Tensor,
-    out: Tensor,
+    out: Tensor | None,
     g: Tensor,
     kernel_size: int | Sequence[int],
     stride: int | Sequence[int] | None = None,
@@ -87,22 +111,24 @@ def max_pool2d_backward(
     ceil_mode: bool = False,
 ) -> Tensor:
     """The cotangent of x through `max_pool2d(x, kernel_size, ...)`, whose result is
-    `out`, for the cotangent g of out (module docstring); the pool's arguments as
-    `tg.max_pool2d` takes them."""
+    `out` (None: the op pools x itself), for the cotangent g of that result (module
+    docstring); the pool's arguments as `tg.max_pool2d` takes them."""
     from tensorgraph.ir.conv import max_pool_attrs
     from tensorgraph.ir.tensor import emit
 
     attrs = max_pool_attrs(kernel_size, stride, padding, dilation, ceil_mode)
-    return emit("max_pool2d_backward", [x, out, g], **attrs)
+    return emit("max_pool2d_backward", [x, g] if out is None else [x, out, g], **attrs)
 
 
 def adaptive_max_pool2d_backward(
-    x: Tensor, out: Tensor, g: Tensor, output_size: int | Sequence[int | None]
+    x: Tensor, out: Tensor | None, g: Tensor, output_size: int | Sequence[int | None]
 ) -> Tensor:
     """The cotangent of x through `adaptive_max_pool2d(x, output_size)`, whose result is
-    `out`, for the cotangent g of out (module docstring)."""
+    `out` (None: the op pools x itself), for the cotangent g of that result (module
+    docstring)."""
     from tensorgraph.ir.conv import _output_size
     from tensorgraph.ir.tensor import emit
 
     size = _output_size(x, output_size)
-    return emit("adaptive_max_pool2d_backward", [x, out, g], output_size=size)
+    operands = [x, g] if out is None else [x, out, g]
+    return emit("adaptive_max_pool2d_backward", operands, output_size=size)

@@ -3,12 +3,11 @@ import: convolutions as convolutions, pools and resizes through gathers or matri
 
 - conv2d: the input's cotangent is the transposed convolution of g by the same weight
   (output_padding restoring the input's extent; with an asymmetric padding, the whole
-  transposed product with x's rows cut out of it); the weight's is a convolution of the
-  input (channels as batch) by g (batch as channels) with stride and dilation swapped,
-  padded (asymmetrically, by the convolution itself: no copy of the input) to exactly
-  the extent the kernel's taps read (`weight_gradient`, per group). conv_transpose2d
+  transposed product with x's rows cut out of it); the weight's is the op
+  conv2d_weight_backward(x, g) (ir.conv_grad), which reads both as stored. conv_transpose2d
   is conv2d's adjoint: its input's cotangent is conv2d(g, w) and its weight's the same
-  weight gradient with input and cotangent exchanged.
+  weight gradient with input and cotangent exchanged. The weight gradient op is bilinear:
+  its rule is a convolution for g and an input gradient for x.
 - max_pool2d and adaptive_max_pool2d: their own backward ops (ir.pool_grad: the
   cotangent split evenly among each window's maxima, MLX's max convention); those ops
   are linear in the cotangent, and their transpose gathers it back over the maxima
@@ -27,87 +26,77 @@ import numpy as np
 
 from tensorgraph.ir import functions as fn
 from tensorgraph.ir.conv import conv2d, conv_transpose2d, pad
+from tensorgraph.ir.conv_grad import conv2d_weight_backward, reach
 from tensorgraph.ir.node import Node
-from tensorgraph.ir.ops import register_vjp
-from tensorgraph.ir.pool_grad import max_pool_backward
-from tensorgraph.ir.tensor import Tensor
+from tensorgraph.ir.ops import OPS, register_vjp
+from tensorgraph.ir.pool_grad import forward_pool, max_pool_backward, pooled_operands
+from tensorgraph.ir.tensor import Tensor, emit
 from tensorgraph.ir.vjp_support import cast_to
 from tensorgraph.ir.window_inference import conv_pads, transposed_extent
 
 
-def _conv_attrs(node: Node) -> dict[str, object]:
-    return {k: node.attr(k) for k in ("stride", "padding", "dilation")}
-
-
 def weight_gradient(x: Tensor, g: Tensor, kernel: tuple[int, int], node: Node) -> Tensor:
-    """d <conv2d(x, w), g> / dw for w (O, Cg, KH, KW) at `node`'s stride, padding,
-    dilation and groups: per group, x's channels become the batch and its batch the
-    channels, g's batch the kernel's input channels, convolved at stride = the forward
-    dilation and dilation = the forward stride. Where the forward's symmetric padding
-    would make the product wider than the kernel (a strided convolution: 4x4 for a 3x3/2
-    one, 2x2 for a 1x1/2 one, then cropped), the input is padded to exactly the rows and
-    columns the taps read instead, so no work is cropped away."""
-    groups = node.attr("groups")
-    n, c, h, w = x.shape
-    o = g.shape[1]
-    cg, og = c // groups, o // groups
-    xs = fn.transpose(fn.reshape(x, (n, groups, cg, h, w)), (2, 1, 0, 3, 4))
-    xs = fn.reshape(xs, (cg, groups * n, h, w))
-    gs = fn.transpose(fn.reshape(g, (n, groups, og, *g.shape[2:])), (1, 2, 0, 3, 4))
-    gs = fn.reshape(gs, (o, n, *g.shape[2:]))
-    stride, padding, dilation = (node.attr(k) for k in ("stride", "padding", "dilation"))
-    reach = _reach(kernel, g.shape[2:], stride, dilation)
-    # padded by (lo, reach - extent - lo) per axis: exactly the rows the taps read (a
-    # negative end leaves out rows no tap reads), so the product has the kernel's
-    # extent, as the convolution's own asymmetric padding, never a padded or cropped
-    # copy of the input; where that is the symmetric padding already (stride 1), the
-    # convolution pads as the forward did.
-    spans = [] if reach is None else list(zip(padding, reach, (h, w), strict=True))
-    spans = [(p, r - e - p) for p, r, e in spans]
-    if any(lo != hi for lo, hi in spans):
-        padding = tuple(spans)
-    full = conv2d(xs, gs, dilation, padding, stride, groups)
-    if tuple(full.shape[2:]) != tuple(kernel):  # a Dim extent or an empty g: crop
-        full = fn.narrow(fn.narrow(full, 2, 0, kernel[0]), 3, 0, kernel[1])
-    return fn.transpose(full, (1, 0, 2, 3))
-
-
-def _reach(kernel: Sequence, positions: Sequence, stride: Sequence, dilation: Sequence):
-    """Per axis, the padded input extent the weight gradient reads, (K - 1) * dilation +
-    (OH - 1) * stride + 1 (tap u of output row i reads padded row u * dilation + i *
-    stride), or None where an extent holds a `tg.Dim` or g is empty (the symmetric
-    padding and crop then serve)."""
-    extents = (*kernel, *positions)
-    if not all(isinstance(e, int) and e > 0 for e in extents):
-        return None
-    return tuple(
-        (k - 1) * d + (o - 1) * s + 1
-        for k, o, s, d in zip(kernel, positions, stride, dilation, strict=True)
+    """d <conv2d(x, w), g> / dw for w (O, Cg, KH, KW) at `node`'s stride, top and left
+    padding, dilation and groups: one `conv2d_weight_backward` reading x and g as stored
+    (ir.conv_grad), never a transposed or padded copy of either."""
+    stride, dilation = node.attr("stride"), node.attr("dilation")
+    return conv2d_weight_backward(
+        x, g, kernel, stride, node.attr("padding"), dilation, node.attr("groups")
     )
+
+
+def input_gradient(
+    g: Tensor,
+    w: Tensor,
+    size: Sequence,
+    stride: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    dilation: Sequence[int],
+    groups: int,
+) -> Tensor:
+    """d <conv2d(x, w), g> / dx for an x of spatial extents `size` convolved at `stride`,
+    `pads` ((top, bottom), (left, right)), `dilation` and `groups`: the transposed
+    convolution of g by w, output_padding restoring x's extent; with an asymmetric
+    padding, the whole transposed product with x's rows cut out of it (rows no window
+    reached get zeros)."""
+    if any(lo != hi for lo, hi in pads):
+        full = conv_transpose2d(g, w, stride, 0, dilation, 0, groups)
+        extents = zip(pads, size, full.shape[2:], strict=True)
+        return pad(full, [(0, 0), (0, 0), *((-lo, lo + e - f) for (lo, _), e, f in extents)])
+    (ph, _), (pw, _) = pads
+    kh, kw = w.shape[2:]
+    extra = (
+        size[0] - transposed_extent(g.shape[2], kh, stride[0], ph, dilation[0], 0),
+        size[1] - transposed_extent(g.shape[3], kw, stride[1], pw, dilation[1], 0),
+    )
+    return conv_transpose2d(g, w, stride, (ph, pw), dilation, extra, groups)
 
 
 def _conv2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
     x, w = (cast_to(t, out.dtype) for t in inputs)
-    (sh, sw), (ph, pw), (dh, dw) = (node.attr(k) for k in ("stride", "padding", "dilation"))
-    kh, kw = w.shape[2:]
+    stride, dilation, groups = node.attr("stride"), node.attr("dilation"), node.attr("groups")
     pads = conv_pads(dict(node.attrs))
-    if any(lo != hi for lo, hi in pads):
-        # asymmetric: the whole transposed product over the padded input, then the rows
-        # of x cut out of it (rows no window reached get zeros)
-        groups = node.attr("groups")
-        full = conv_transpose2d(g, w, node.attr("stride"), 0, node.attr("dilation"), 0, groups)
-        extents = zip(pads, x.shape[2:], full.shape[2:], strict=True)
-        gx = pad(full, [(0, 0), (0, 0), *((-lo, lo + e - f) for (lo, _), e, f in extents)])
-    else:
-        extra = (
-            x.shape[2] - transposed_extent(g.shape[2], kh, sh, ph, dh, 0),
-            x.shape[3] - transposed_extent(g.shape[3], kw, sw, pw, dw, 0),
-        )
-        gx = conv_transpose2d(
-            g, w, **_conv_attrs(node), output_padding=extra, groups=node.attr("groups")
-        )
-    gw = weight_gradient(x, g, (kh, kw), node)
+    gx = input_gradient(g, w, x.shape[2:], stride, pads, dilation, groups)
+    gw = weight_gradient(x, g, w.shape[2:], node)
     return [cast_to(gx, inputs[0].dtype), cast_to(gw, inputs[1].dtype)]
+
+
+def _conv2d_weight_backward(node: Node, inputs: Sequence[Tensor], out: Tensor, c: Tensor) -> list:
+    """The op is bilinear, <W(x, g), c> = <conv2d(x, c), g> for the convolution whose
+    output has g's extent (its bottom and right padding ending at the taps' reach, a
+    negative end cropping rows no tap reads): g's cotangent is that convolution and x's
+    its input gradient at cotangent g. Where the taps read only the top or left padding
+    the op is zero, and no cotangent flows."""
+    x, g = inputs
+    stride, dilation, groups = node.attr("stride"), node.attr("dilation"), node.attr("groups")
+    extents = reach(dict(node.attrs), g.shape[2:])
+    if any(e <= lo for e, lo in zip(extents, node.attr("padding"), strict=True)):
+        return [None, None]
+    spans = zip(node.attr("padding"), extents, x.shape[2:], strict=True)
+    pads = [(lo, e - size - lo) for lo, e, size in spans]
+    gg = conv2d(x, c, stride, pads, dilation, groups)
+    gx = input_gradient(g, c, x.shape[2:], stride, pads, dilation, groups)
+    return [gx, gg]
 
 
 def _conv_transpose2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
@@ -123,9 +112,10 @@ def _conv_transpose2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tens
 
 
 def _max_pool(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
-    """The pool's own backward op (ir.pool_grad): x-sized, never its windows."""
+    """The pool's own backward op (ir.pool_grad): x-sized, never its windows, and reading
+    x, not the pooled result."""
     (x,) = inputs
-    return [max_pool_backward(node, x, out, g)]
+    return [max_pool_backward(node, x, g)]
 
 
 def adaptive_windows(size: int, out: int) -> list[tuple[int, int]]:
@@ -169,9 +159,14 @@ def _window_table(
 def _max_pool_backward(node: Node, inputs: Sequence[Tensor], out: Tensor, c: Tensor) -> list:
     """The op is linear in g, and its transpose gathers: g's cotangent at a window is
     the sum of c over the window's maxima divided by their count (the op's own hits,
-    from a constant index of the window elements, `take`). x and the pooled result get
-    none: the hits are piecewise constant in them."""
-    x, pooled, _ = inputs
+    from a constant index of the window elements, `take`; where the op pools x itself,
+    so does its gradient). x and the pooled result get none: the hits are piecewise
+    constant in them."""
+    x, pooled, _ = pooled_operands(node, inputs)
+    if pooled is None:
+        forward = forward_pool(node, inputs[1].shape)
+        attrs = {name: node.attr(name) for name in OPS[forward.op].attrs}
+        pooled = emit(forward.op, [x], **attrs)
     n, ch = x.shape[:2]
     index, inside, widths = _window_table(node, x, tuple(pooled.shape))
     oh, ow, k = index.shape
@@ -188,7 +183,7 @@ def _max_pool_backward(node: Node, inputs: Sequence[Tensor], out: Tensor, c: Ten
     hits = fn.logical_and(fn.equal(windows(x), fn.reshape(pooled, (n, ch, oh, ow, 1))), real)
     hits = fn.astype(hits, c.dtype)
     dg = fn.sum(hits * windows(c), 4) / fn.sum(hits, 4)
-    return [None, None, dg]
+    return [None] * (len(inputs) - 1) + [dg]
 
 
 # ---------------------------------------------------------------- linear, separable
@@ -291,6 +286,7 @@ def _upsample_bilinear2d(node: Node, inputs: Sequence[Tensor], out: Tensor, g: T
 
 register_vjp("conv2d", _conv2d)
 register_vjp("conv_transpose2d", _conv_transpose2d)
+register_vjp("conv2d_weight_backward", _conv2d_weight_backward)
 register_vjp("max_pool2d", _max_pool)
 register_vjp("adaptive_max_pool2d", _max_pool)
 register_vjp("max_pool2d_backward", _max_pool_backward)

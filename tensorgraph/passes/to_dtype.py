@@ -17,7 +17,7 @@ one float32 result does not drag every later op up:
   group_norm (norms' statistics), sum, mean, prod, cumsum, cumprod (reductions'
   accumulators), exp, expm1, log, log1p, power, rsqrt, reciprocal, tan;
 - computed in `dtype` (`REDUCED_OPS`): matmul, quantized_matmul, conv2d,
-  conv_transpose2d, scaled_dot_product_attention;
+  conv_transpose2d, conv2d_weight_backward, scaled_dot_product_attention;
 - every other op takes its operands as they come (promotion: float32 with `dtype`
   gives float32).
 
@@ -74,6 +74,7 @@ REDUCED_OPS = frozenset(
         "quantized_matmul",
         "conv2d",
         "conv_transpose2d",
+        "conv2d_weight_backward",
         "scaled_dot_product_attention",
     }
 )

@@ -6,7 +6,8 @@ from its shape and its inputs' shapes, by op family:
 - matmul (and matmul_transposed(_a), gather_mm, quantized_matmul): 2 * M * N * K per batch
   element;
 - conv2d / conv_transpose2d: 2 * output elements * C_in / groups * kh * kw (the
-  transposed convolution: 2 * input elements * C_out / groups * kh * kw);
+  transposed convolution: 2 * input elements * C_out / groups * kh * kw; the weight
+  gradient: 2 * cotangent elements * C_in / groups * kh * kw, the forward's count);
 - scaled_dot_product_attention: its two matmuls, 2 * 2 * B * H * L * S * D, plus the
   softmax over the scores (5 per score);
 - normalisations (layer_norm, rms_norm, group_norm), softmax, log_softmax: 5 per element;
@@ -94,6 +95,8 @@ def flops(graph: Graph, node: Node) -> int:
     if op == "conv2d":
         weight = shapes[1]  # (C_out, C_in / groups, kh, kw)
         return 2 * out * _elements(weight[1:])
+    if op == "conv2d_weight_backward":  # (O, Cg, kh, kw) from g (N, O, OH, OW)
+        return 2 * _elements(shapes[1]) * _elements(node.shape[1:])
     if op == "conv_transpose2d":
         weight = shapes[1]  # (C_in, C_out / groups, kh, kw)
         return 2 * _elements(shapes[0]) * _elements(weight[1:])

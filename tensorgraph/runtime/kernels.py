@@ -432,6 +432,7 @@ from tensorgraph.runtime import math_kernels, window_kernels  # noqa: E402
 KERNELS.update(math_kernels.KERNELS)
 KERNELS.update(window_kernels.KERNELS)
 from tensorgraph.runtime import (  # noqa: E402, F401  (they add to KERNELS)
+    conv_grad_kernels,
     expert_kernels,
     fused_kernels,
     pool_grad_kernels,

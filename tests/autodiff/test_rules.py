@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tensorgraph as tg
+from tensorgraph.ir.conv_grad import conv2d_weight_backward
 from tensorgraph.ir.functions import matmul_transposed, matmul_transposed_a
 from tensorgraph.ir.ops import OPS
 from tensorgraph.ir.pool_grad import adaptive_max_pool2d_backward, max_pool2d_backward
@@ -254,6 +255,23 @@ case(
     _u(2, 4, 6, 5),
     _u(2, 2, 3, 2),
 )
+# The weight gradient is bilinear in x and g: both differentiated, over a strided,
+# padded case whose taps stop short of x's last row and one grouped, dilated case whose
+# reach runs past x into zeros.
+case(
+    "conv2d_weight_backward",
+    "strided-cropped",
+    lambda x, g: conv2d_weight_backward(x, g, 3, 2, 1),
+    _u(2, 2, 6, 6),
+    _u(2, 3, 3, 3),
+)
+case(
+    "conv2d_weight_backward",
+    "groups-dilated-past-x",
+    lambda x, g: conv2d_weight_backward(x, g, (2, 3), (1, 2), (1, 0), (2, 1), groups=2),
+    _u(1, 4, 5, 5),
+    _u(1, 2, 5, 3),
+)
 case("max_pool2d", "padded", lambda x: tg.max_pool2d(x, 3, 2, 1), _u(1, 2, 6, 5))
 case(
     "max_pool2d",
@@ -281,6 +299,12 @@ case(
         (x := g.graph.constant(_pooled_x)), tg.adaptive_max_pool2d(x, (3, 2)), g * g, (3, 2)
     ),
     _u(1, 2, 3, 2),
+)
+case(
+    "max_pool2d_backward",
+    "g-pooled-by-the-op",
+    lambda g: max_pool2d_backward(g.graph.constant(_pooled_x), None, g * g, 3, 2, 1),
+    _u(1, 2, 3, 3),
 )
 case(
     "avg_pool2d",
@@ -523,17 +547,20 @@ def test_shared_weight_gradient_is_one_folded_product(build: Build) -> None:
 @pytest.mark.parametrize(
     ("stride", "padding", "kernel"), [(2, 1, 3), (2, 0, 1), (2, 3, 7), (1, 1, 3)]
 )
-def test_conv_weight_gradient_has_the_kernels_extent(
+def test_conv_weight_gradient_reads_the_input_as_stored(
     stride: int, padding: int, kernel: int
 ) -> None:
-    """No product wider than the kernel and no crop of one: every conv2d of the weight
-    gradient's graph has the kernel's extent (the only other conv is the input's)."""
+    """The weight gradient is one conv2d_weight_backward of the kernel's extent reading x
+    itself: no transposed, padded or cropped copy of x (nor of the cotangent), and no
+    product wider than the kernel."""
     g = tg.Graph("conv")
     x = g.input("x", (2, 3, 8, 8), tg.float32)
     w = g.param("w", (4, 3, kernel, kernel), tg.float32)
     g.output(tg.conv2d(x, w, stride, padding).sum())
     vg = tg.value_and_grad(g, ["w"])
-    convs = [n for n in vg.nodes if n.op == "conv2d" and n.id not in {o.id for o in g.nodes}]
-    assert [n.shape[2:] for n in convs] == [(kernel, kernel)]
-    # nor a padded or cropped copy of the input: the convolution pads each side itself
-    assert not {"narrow", "pad"} & {n.op for n in vg.nodes}
+    (backward,) = [n for n in vg.nodes if n.op == "conv2d_weight_backward"]
+    assert backward.shape == (4, 3, kernel, kernel)
+    assert vg.node(backward.inputs[0]).op == "input"
+    assert not {"narrow", "pad", "transpose", "conv2d"} & {
+        n.op for n in vg.nodes if n.id not in {o.id for o in g.nodes}
+    }

@@ -265,6 +265,32 @@ def test_scratch_bounds_what_the_lowering_allocates(op, xs, ws, stride, padding,
     assert lowering_scratch(node, args) <= SCRATCH[op](g, node)
 
 
+WEIGHT_GRADIENTS = [  # (x shape, g shape, kernel, stride, padding, groups): a step's shapes
+    ((8, 3, 64, 64), (8, 8, 32, 32), 7, 2, 3, 1),  # ResNet's 7x7/2 stem
+    ((8, 16, 16, 16), (8, 32, 8, 8), 3, 2, 1, 1),  # a 3x3/2 downsampling convolution
+    ((8, 16, 16, 16), (8, 16, 16, 16), 3, 1, 1, 1),  # a 3x3/1 one
+    ((8, 64, 4, 4), (8, 64, 4, 4), 3, 1, 1, 1),  # weight-heavy: more taps than positions
+    ((4, 8, 9, 9), (4, 8, 9, 9), 3, 1, 1, 4),  # grouped
+]
+
+
+@pytest.mark.parametrize(("xs", "gs", "kernel", "stride", "padding", "groups"), WEIGHT_GRADIENTS)
+def test_scratch_bounds_what_the_weight_gradient_allocates(xs, gs, kernel, stride, padding, groups):
+    # As above, for conv2d_weight_backward (x and the output's cotangent as stored).
+    import mlx.core as mx
+
+    from tensorgraph.codegen_mlx.segments import SCRATCH
+    from tensorgraph.ir.conv_grad import conv2d_weight_backward
+
+    g = tg.Graph("weight_gradient")
+    x, cotangent = g.input("x", xs), g.input("g", gs)
+    g.output(conv2d_weight_backward(x, cotangent, kernel, stride, padding, groups=groups))
+    node = g.node(g.outputs[0])
+    rng = np.random.default_rng(0)
+    args = [mx.array(rng.standard_normal(s).astype(np.float32)) for s in (xs, gs)]
+    assert lowering_scratch(node, args) <= SCRATCH["conv2d_weight_backward"](g, node)
+
+
 def lowering_scratch(node, args) -> int:
     """What `node`'s MLX lowering allocates beyond its output, measured on MLX itself:
     the peak while it runs on the materialised `args`, less those and its output."""

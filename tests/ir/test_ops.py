@@ -12,6 +12,7 @@ import tensorgraph as tg
 from tensorgraph.ir.ops import OPS
 from tensorgraph.runtime.kernels import KERNELS
 from tests.ir import (
+    test_conv_grad,
     test_experts,
     test_fused,
     test_ops_conv_pool,
@@ -54,6 +55,7 @@ TABLES = (
     test_experts,
     test_scatter,
     test_pool_grad,
+    test_conv_grad,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand

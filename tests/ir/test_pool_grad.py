@@ -60,11 +60,13 @@ def adaptive_pool_windows(h: int, w: int, oh: int, ow: int) -> dict:
 
 
 def loop_pool(x: np.ndarray, windows: dict) -> np.ndarray:
-    """The max over each window, float64."""
+    """The max over each window, float64; -inf for a window of padding alone (torch
+    pads with -inf), whose gradient then reaches no element of x."""
     oh, ow = (max(k[a] for k in windows) + 1 for a in range(2))
-    out = np.empty((*x.shape[:2], oh, ow))
+    out = np.full((*x.shape[:2], oh, ow), -np.inf)
     for (i, j), cells in windows.items():
-        out[:, :, i, j] = np.max([x[:, :, r, c] for r, c in cells], axis=0)
+        if cells:
+            out[:, :, i, j] = np.max([x[:, :, r, c] for r, c in cells], axis=0)
     return out
 
 
@@ -106,6 +108,15 @@ for _id, _pool in {
         tg.float32,
         lambda x, out, g, w=_windows: loop_gradient(x, g, w),
     )
+# Without `out`: the op pools x itself (what autodiff emits), the same gradient.
+case(
+    "max_pool2d_backward",
+    "pooled-by-the-op",
+    (_arrays[0], _arrays[2]),
+    lambda x, g, p=_pool: max_pool2d_backward(x, None, g, *p[:4], ceil_mode=p[4]),
+    tg.float32,
+    lambda x, g, w=_windows: loop_gradient(x, g, w),
+)
 _half = _rng.integers(-3, 4, (1, 2, 5, 5)).astype(BF16)
 _half_arrays, _half_windows = _regular(_half, _rng.standard_normal((1, 2, 5, 5)), (2, 2), (1, 1))
 case(
@@ -128,6 +139,14 @@ case(
     lambda x, out, g: adaptive_max_pool2d_backward(x, out, g, (3, 4)),
     tg.float32,
     lambda x, out, g: loop_gradient(x, g, _awindows),
+)
+case(
+    "adaptive_max_pool2d_backward",
+    "pooled-by-the-op",
+    (_ties[:, :, :, :5], _rng.standard_normal((2, 3, 3, 4)).astype(np.float32)),
+    lambda x, g: adaptive_max_pool2d_backward(x, None, g, (3, 4)),
+    tg.float32,
+    lambda x, g: loop_gradient(x, g, _awindows),
 )
 
 
@@ -198,14 +217,16 @@ def test_disagreements_are_named() -> None:
         adaptive_max_pool2d_backward(whole, small, small, 2)
 
 
+@pytest.mark.parametrize("given_out", [True, False])
 @pytest.mark.parametrize(
     ("shape", "pool"),
     [((8, 8, 32, 32), (3, 2, 1, 1)), ((4, 16, 15, 15), (2, 2, 0, 2)), ((2, 4, 9, 9), (3, 1, 1, 1))],
 )
-def test_scratch_bounds_what_the_mlx_lowering_allocates(shape, pool) -> None:
+def test_scratch_bounds_what_the_mlx_lowering_allocates(shape, pool, given_out) -> None:
     """SCRATCH (codegen_mlx/segments.py) is the segment cost's allowance for what the
     lowering allocates beyond its output: measured on MLX itself, the peak while the
-    node's lowering runs on materialised inputs, less those inputs and its output."""
+    node's lowering runs on materialised inputs, less those inputs and its output; with
+    the pooled result given, or pooled by the lowering itself."""
     import mlx.core as mx
 
     from tensorgraph.codegen_mlx.lowering import lowering_of
@@ -216,13 +237,15 @@ def test_scratch_bounds_what_the_mlx_lowering_allocates(shape, pool) -> None:
     g = tg.Graph("pool")
     x = g.input("x", shape)
     out = tg.max_pool2d(x, kernel, stride, padding, dilation)
+    given = out if given_out else None
     g.output(
-        max_pool2d_backward(x, out, g.input("g", out.shape), kernel, stride, padding, dilation)
+        max_pool2d_backward(x, given, g.input("g", out.shape), kernel, stride, padding, dilation)
     )
     node = g.node(g.outputs[0])
     rng = np.random.default_rng(0)
     xs = mx.array(rng.integers(-2, 3, shape).astype(np.float32))
-    args = [xs, lowering_of(out.node)(out.node, [xs]), mx.array(rng.standard_normal(out.shape))]
+    pooled = [lowering_of(out.node)(out.node, [xs])] if given_out else []
+    args = [xs, *pooled, mx.array(rng.standard_normal(out.shape))]
     assert lowering_scratch(node, args) <= SCRATCH[node.op](g, node)
 
 

@@ -1,7 +1,7 @@
 """A strided CNN's training step on MLX equals the NumPy reference step for step: its
-weight gradients are dilated convolutions (the cotangent as a kernel dilated by the
-stride), which the MLX backend lowers to patches x weights, and its states are donated
-to their updates (max pool's gradient needs no device check)."""
+weight gradients are conv2d_weight_backward ops (x's patches at the stride times the
+cotangent), which the MLX backend lowers to patches x cotangent, and its states are
+donated to their updates (max pool's gradient needs no device check)."""
 
 import functools
 
@@ -36,8 +36,8 @@ def _strided_cnn() -> tg.Graph:
 @pytest.mark.parametrize("mode", ["auto", "eager"])
 def test_a_strided_cnn_step_on_mlx_follows_the_reference(mode) -> None:
     program = _program()
-    dilated = [n for n in program.graph.nodes if n.op == "conv2d" and max(n.attr("dilation")) > 1]
-    assert len(dilated) == 2  # the two weight gradients
+    backward = [n for n in program.graph.nodes if n.op == "conv2d_weight_backward"]
+    assert sorted(max(n.attr("stride")) for n in backward) == [2, 2]  # both weights
     assert device_guarded(program.graph) == ()
     feeds = {"x": np.random.default_rng(4).standard_normal((2, 3, 12, 12), np.float32)}
     state, reference = program.new_state("mlx"), program.new_state("numpy")

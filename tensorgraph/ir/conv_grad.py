@@ -1,0 +1,137 @@
+"""The weight gradient of a convolution as an IR op (issue 27's backward ops):
+`conv2d_weight_backward(x, g)`, the vector-Jacobian product of `conv2d` for its weight
+(ir/vjp_windows.py emits it for conv2d, and for conv_transpose2d with its input and
+cotangent exchanged).
+
+Semantics. `x` (N, C, H, W) is the convolution's input and `g` (N, O, OH, OW) the
+cotangent of its output, both of one float dtype; the result, of that dtype, is
+
+    dw[o, c, u, v] = sum over n, i, j of
+        g[n, o, i, j] * x[n, k * Cg + c, u * dh + i * sh - ph, v * dw + j * sw - pw]
+
+of shape (O, Cg, KH, KW), where Cg = C / groups, k = o // (O / groups) is o's group,
+and x's elements outside it (its padding) are zeros. The attributes are the forward
+convolution's: kernel_size (KH, KW), stride (sh, sw), padding (ph, pw: the top and left),
+dilation (dh, dw) and groups. No bottom or right padding is needed: rows past x read
+zeros and rows past the taps' reach are never read, so any OH, OW (a strided
+convolution's, a transposed convolution's with output_padding) has one meaning.
+
+Why an op and not a composition. Written as a convolution (x's channels as its batch,
+g's batch as its channels), the weight gradient transposed both operands first, and the
+plan held a copy of x and one of g beside them: at ResNet-18's stem the image, its
+transposed copy and g's (1 MiB), the least any rematerialisation of the zoo's step
+could reach. As one op the plan holds x, g and the small result; the kernels contract
+patches of x as stored (their temporaries live inside the op: codegen_mlx/segments.py's
+SCRATCH states the MLX lowering's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from tensorgraph.errors import DTypeError, ShapeError
+from tensorgraph.ir.dtypes import DType
+from tensorgraph.ir.ops import AttrSpec, OpDef, Operand, register
+from tensorgraph.ir.shapes import Shape
+
+if TYPE_CHECKING:
+    from tensorgraph.ir.tensor import Tensor
+
+
+def _infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    x, g = xs
+    if len(x.shape) != 4 or len(g.shape) != 4:
+        raise ShapeError(f"conv2d_weight_backward needs NCHW x and cotangent: {x}, {g}")
+    if not x.dtype.is_float or g.dtype != x.dtype:
+        raise DTypeError(
+            f"conv2d_weight_backward needs x and g of one float dtype but {x.label} is "
+            f"{x.dtype}, {g.label} {g.dtype}"
+        )
+    groups = attrs["groups"]
+    c, o = x.shape[1], g.shape[1]
+    if groups < 1 or c % groups or o % groups:
+        raise ShapeError(f"conv2d_weight_backward: groups={groups} must divide {x}, {g} channels")
+    if x.shape[0] != g.shape[0]:
+        raise ShapeError(f"conv2d_weight_backward: batch of {x} differs from {g}")
+    kernel, padding = tuple(attrs["kernel_size"]), tuple(attrs["padding"])
+    stride, dilation = tuple(attrs["stride"]), tuple(attrs["dilation"])
+    if any(len(v) != 2 for v in (kernel, padding, stride, dilation)):
+        raise ShapeError(
+            f"conv2d_weight_backward: kernel_size {kernel}, stride {stride}, padding "
+            f"{padding} and dilation {dilation} must be (H, W) pairs"
+        )
+    if min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+        raise ShapeError(
+            f"conv2d_weight_backward: bad kernel_size {kernel} / stride {stride} / "
+            f"padding {padding} / dilation {dilation}"
+        )
+    return (o, c // groups, *kernel), x.dtype
+
+
+register(
+    OpDef(
+        "conv2d_weight_backward",
+        2,
+        2,
+        _infer,
+        {
+            "kernel_size": AttrSpec("ints"),
+            "stride": AttrSpec("ints", (1, 1)),
+            "padding": AttrSpec("ints", (0, 0)),
+            "dilation": AttrSpec("ints", (1, 1)),
+            "groups": AttrSpec("int", 1),
+        },
+        category="conv",
+    )
+)
+
+
+def _pair(value: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(value, int):
+        return (value, value)
+    a, b = value
+    return (int(a), int(b))
+
+
+def conv2d_weight_backward(
+    x: Tensor,
+    g: Tensor,
+    kernel_size: int | Sequence[int],
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+) -> Tensor:
+    """The cotangent of the weight of `conv2d(x, w, stride, padding, dilation, groups)`
+    with a (KH, KW) = `kernel_size` kernel, for the cotangent g of its output (module
+    docstring); `padding` is the top and left one (an int or an (H, W) pair)."""
+    # The registry core imports this module to complete `OPS`, and `ir.tensor` needs the
+    # graph, which needs the registry: so the handle plumbing is imported on use.
+    from tensorgraph.ir.tensor import emit
+
+    return emit(
+        "conv2d_weight_backward",
+        [x, g],
+        kernel_size=_pair(kernel_size),
+        stride=_pair(stride),
+        padding=_pair(padding),
+        dilation=_pair(dilation),
+        groups=int(groups),
+    )
+
+
+def reach(node_attrs: Mapping, positions: Sequence[int]) -> tuple[int, int]:
+    """Per axis, the padded extent of x the op's taps read for a cotangent of
+    `positions` (OH, OW): (K - 1) * d + (OH - 1) * s + 1, tap u of output row i reading
+    padded row u * d + i * s; callers make an empty g's result without it."""
+    return tuple(
+        (k - 1) * d + (o - 1) * s + 1
+        for k, o, s, d in zip(
+            node_attrs["kernel_size"],
+            positions,
+            node_attrs["stride"],
+            node_attrs["dilation"],
+            strict=True,
+        )
+    )
