@@ -37,7 +37,12 @@ Steps:
    large to solve at every trial, solve it once at that model budget too (up to
    CERTIFY_MAX_VARIABLES): its dual bound gives the report's `full_gap`, and a cheaper
    point it finds is planned;
-5. plan the fixed fallbacks too, checkpoint-every-layer (keep only the inputs of each
+5. the level search (planner/remat_levels.py): a second model, counted on the order the
+   scheduler chose for recompute-all (induced on the graph's nodes), whose points are
+   held per step to a level bisected on the placed arena and rewritten in that order;
+   its point is taken where it costs fewer FLOPs (method "greedy", no gap: the
+   certificate is the first model's);
+6. plan the fixed fallbacks too, checkpoint-every-layer (keep only the inputs of each
    forward matmul and convolution, each recomputed segment copied once) and
    recompute-all (every candidate recomputed, a fresh copy at each read: the least
    memory the model knows), and answer the fitting point of fewest FLOPs (then smallest
@@ -49,6 +54,7 @@ Deterministic: every search counts work (HiGHS nodes, greedy evaluations), never
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -247,6 +253,7 @@ def compile_to_budget(
     `remat` report (see the module docstring). PlanError naming the smallest arena
     found when none fits."""
     from tensorgraph.planner.remat import build_model, checkpoint_layers, rematerialize
+    from tensorgraph.planner.remat_levels import induced_order, search_levels
     from tensorgraph.planner.remat_milp import (
         CERTIFY_MAX_VARIABLES,
         RematChoice,
@@ -265,8 +272,10 @@ def compile_to_budget(
     scale = model.peak(frozenset()) / max(1, keep.plan.lower_bound)
     target = int(budget * scale)
 
-    def report(choice: RematChoice, arena: int, full_gap: float | None) -> RematReport:
-        kept = tuple(u for u in model.candidates if u not in choice.emit)
+    def report(
+        choice: RematChoice, arena: int, full_gap: float | None, of: RematModel
+    ) -> RematReport:
+        kept = tuple(u for u in of.candidates if u not in choice.emit)
         return RematReport(
             budget,
             choice.method,
@@ -285,16 +294,17 @@ def compile_to_budget(
     # (`too_big`: keeping everything is) and one the model cannot meet (`too_small`),
     # then between the best fitting target and `too_big`: a larger target never costs
     # more FLOPs in the model, so the fitting point of the largest target wins.
-    placed: dict[frozenset, object] = {}
-    searched: set[frozenset] = set()  # the keys planned with the full schedule budget
+    placed: dict[tuple, object] = {}
+    searched: set[tuple] = set()  # the keys planned with the full schedule budget
 
-    def plan(emit: Mapping[int, tuple[int, ...]]) -> object:
-        """The program of `emit`'s rewrite, planned once per distinct set of copies, with
-        the trial's schedule budget (TRIAL_SCHEDULE_BUDGET), and again with the full one
-        where the arena does not fit."""
-        key = frozenset(emit.items())
+    def plan(emit: Mapping[int, tuple[int, ...]], order: tuple[int, ...] | None = None) -> object:
+        """The program of `emit`'s rewrite (its steps those of `order`, None: the program
+        order's), planned once per distinct set of copies, with the trial's schedule
+        budget (TRIAL_SCHEDULE_BUDGET), and again with the full one where the arena
+        does not fit."""
+        key = (frozenset(emit.items()), order is not None)
         if key not in placed:
-            graph = rematerialize(rewritten, emit)
+            graph = rematerialize(rewritten, emit, order)
             placed[key] = finish(graph, TRIAL_SCHEDULE_BUDGET)
             if _search_finished(placed[key], keep.options.schedule_budget):
                 # The full budget gives this very order and plan: record the compile's.
@@ -376,9 +386,30 @@ def compile_to_budget(
                 prog = plan(point.emit)
                 if prog.plan.arena_size <= budget:
                     best = (point, prog)
+    # The level search on the model of the least-memory point's own schedule
+    # (planner/remat_levels.py): where the program order's model cannot see what the
+    # scheduler makes of a step recomputed heavily, the model of the order the scheduler
+    # chose for recompute-all can; its points are planned in that order.
+    everything_emit = model.emissions(everything, everything)
+    floor_order = induced_order(rewritten, plan(everything_emit).order)
+    floor_model = build_model(rewritten, alignment, analyses, floor_order)
+    level = search_levels(
+        floor_model,
+        budget,
+        budget,
+        floor_model.peak(frozenset()),
+        lambda emit: plan(emit, floor_order),
+        math.inf if best is None else best[0].flops,
+        alignment,
+    )
     # The fallbacks, planned only where they could win: when nothing fits yet, or with
-    # fewer FLOPs than the point found.
-    fits: list[tuple[RematChoice, object]] = [] if best is None else [best]
+    # fewer FLOPs than the point found. Each fitting point with its model and order.
+    fits: list[tuple[RematChoice, object, RematModel, tuple | None]] = []
+    if best is not None:
+        fits.append((*best, model, None))
+    if level is not None:
+        fits.append((*level, floor_model, floor_order))
+        best, certificate = level, None
     smallest, how = keep_arena, "keep-all"
     for method, recompute, fresh in (
         ("checkpoint-layers", checkpoint_layers(model), frozenset()),
@@ -386,25 +417,25 @@ def compile_to_budget(
     ):
         emit = model.emissions(recompute, fresh)
         flops = model.recompute_cost(recompute, emit)
-        if best is not None and flops > best[0].flops:
+        if any(f[0].flops < flops for f in fits):
             continue
         prog = plan(emit)
         arena = prog.plan.arena_size
         if arena <= budget:
-            fits.append((RematChoice(recompute, emit, flops, 0, method, None), prog))
+            fits.append((RematChoice(recompute, emit, flops, 0, method, None), prog, model, None))
         if arena < smallest:
             smallest, how = arena, method
     if fits:
-        choice, prog = min(fits, key=lambda f: (f[0].flops, f[1].plan.arena_size))
+        choice, prog, of, order = min(fits, key=lambda f: (f[0].flops, f[1].plan.arena_size))
         full_gap = None
         if best is not None and choice is best[0] and certificate is not None:
             full_gap = certificate.gap(choice.flops)
         # The answer scheduled with the full search budget, taken where it fits.
-        if frozenset(choice.emit.items()) not in searched:  # planned with the trial budget
-            final = finish(rematerialize(rewritten, choice.emit))
+        if (frozenset(choice.emit.items()), order is not None) not in searched:
+            final = finish(rematerialize(rewritten, choice.emit, order))
             if final.plan.arena_size <= budget:
                 prog = final
-        return evolve(prog, remat=report(choice, prog.plan.arena_size, full_gap))
+        return evolve(prog, remat=report(choice, prog.plan.arena_size, full_gap, of))
     raise PlanError(
         f"graph {rewritten.name!r}: memory_budget {budget} B is below every arena "
         f"rematerialisation found; the smallest budget found feasible is {smallest} B "

@@ -87,13 +87,6 @@ register(
 )
 
 
-def _pair(value: int | Sequence[int]) -> tuple[int, int]:
-    if isinstance(value, int):
-        return (value, value)
-    a, b = value
-    return (int(a), int(b))
-
-
 def conv2d_weight_backward(
     x: Tensor,
     g: Tensor,
@@ -108,6 +101,7 @@ def conv2d_weight_backward(
     docstring); `padding` is the top and left one (an int or an (H, W) pair)."""
     # The registry core imports this module to complete `OPS`, and `ir.tensor` needs the
     # graph, which needs the registry: so the handle plumbing is imported on use.
+    from tensorgraph.ir.conv import _pair
     from tensorgraph.ir.tensor import emit
 
     return emit(

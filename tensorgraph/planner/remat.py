@@ -265,11 +265,15 @@ def _root(graph: Graph, node: Node, root: dict[int, int]) -> int:
 
 
 def build_model(
-    graph: Graph, alignment: int = 64, analyses: Sequence[str] = ANALYSES
+    graph: Graph,
+    alignment: int = 64,
+    analyses: Sequence[str] = ANALYSES,
+    order: Sequence[int] | None = None,
 ) -> RematModel:
-    """The `RematModel` of `graph` in `model_order(graph)` (see the module docstring); the
-    alias analyses `analyses` shape the buffers the choice does not touch."""
-    nodes = [graph.node(i) for i in model_order(graph)]
+    """The `RematModel` of `graph` in `order` (a topological order of its nodes; None:
+    `model_order(graph)`; see the module docstring); the alias analyses `analyses`
+    shape the buffers the choice does not touch."""
+    nodes = [graph.node(i) for i in (model_order(graph) if order is None else order)]
     pos = {n.id: k for k, n in enumerate(nodes)}
     forward = _forward_ids(graph)
     root: dict[int, int] = {}
@@ -368,7 +372,11 @@ def _aliasing(
     return analyze_aliasing(graph, order, tuple(analyses), alignment=alignment)
 
 
-def rematerialize(graph: Graph, emit: Mapping[int, int | Sequence[int]]) -> Graph:
+def rematerialize(
+    graph: Graph,
+    emit: Mapping[int, int | Sequence[int]],
+    order: Sequence[int] | None = None,
+) -> Graph:
     """`graph` with a copy of each root `u` in `emit` emitted right before the node at
     each of its steps `emit[u]` (steps of `model_order(graph)`, one or several; backward
     nodes), in `graph`'s own node order (the scheduler then places the update chains
@@ -381,9 +389,9 @@ def rematerialize(graph: Graph, emit: Mapping[int, int | Sequence[int]]) -> Grap
     recomputed root reading it (`RematModel.emissions` gives such points)."""
     if not emit:
         return graph
-    nodes = list(graph.nodes)
+    nodes = list(graph.nodes) if order is None else [graph.node(i) for i in order]
     pos = {n.id: k for k, n in enumerate(nodes)}
-    steps_order = model_order(graph)
+    steps_order = model_order(graph) if order is None else tuple(order)
     at: dict[int, list[int]] = {}  # node id -> the roots copied right before it
     for u, steps in emit.items():
         for step in _steps(steps):

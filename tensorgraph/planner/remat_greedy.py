@@ -12,6 +12,8 @@ a fresh copy at each read) does not fit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tensorgraph.planner.remat import RematModel
 from tensorgraph.planner.remat_program import RematChoice
 from tensorgraph.planner.remat_tighten import tighten
@@ -45,8 +47,8 @@ def solve_greedy(
       root once instead of at each read, or keep it;
     - tightening (planner/remat_tighten.py), from recomputing every candidate of at
       most a FLOP per byte and from checkpoint-every-layer: at the peak, recompute a
-      kept value or split a copy in two, the most overflow removed per FLOP first
-      (TIGHTEN_WORK evaluations each).
+      kept value or split a copy in two (with the copies it reads), the most overflow
+      removed per FLOP first, then exchanges (TIGHTEN_WORK evaluations each).
 
     None when even the least-memory point does not fit."""
     from tensorgraph.planner.remat import checkpoint_layers
@@ -88,27 +90,10 @@ def solve_greedy(
                 points.append((recompute, fresh))
 
     # Relaxing, from the least-memory point first, then from each point found above.
-    def relax(recompute: frozenset[int], fresh: frozenset[int]) -> tuple:
-        while spent < work:
-            emit = model.emissions(recompute, fresh)
-            moves = []
-            for u in recompute:
-                copies = len(emit.get(u, ()))
-                if u in fresh and copies > 1:
-                    moves.append((model.cost[u] * (copies - 1), u, recompute, fresh - {u}))
-                moves.append((model.cost[u] * copies, u, recompute - {u}, fresh - {u}))
-            moves.sort(key=lambda m: (-m[0], m[1]))
-            for _, _, r, f in moves:
-                if spent >= work:
-                    return recompute, fresh
-                if fits(r, f):
-                    recompute, fresh = r, f
-                    break
-            else:
-                break
-        return recompute, fresh
+    def spent_all() -> bool:
+        return spent >= work
 
-    points = [relax(everything, everything), *(relax(*p) for p in points)]
+    points = [relax(model, fits, r, f, spent_all) for r, f in [(everything, everything), *points]]
     found = [(r, model.emissions(r, f)) for r, f in points]
     # Tightening, from recomputing every value costing at most a FLOP per byte (layout
     # and elementwise ops) and from checkpoint-every-layer.
@@ -131,3 +116,34 @@ def solve_greedy(
         "greedy",
         None,
     )
+
+
+def relax(
+    model: RematModel,
+    fits: Callable[[frozenset[int], frozenset[int]], bool],
+    recompute: frozenset[int],
+    fresh: frozenset[int],
+    spent_all: Callable[[], bool],
+) -> tuple[frozenset[int], frozenset[int]]:
+    """From a point that `fits`, repeatedly the move saving the most FLOPs (its own
+    copies' estimate) that still fits: copy a root once instead of at each read
+    (leave `fresh`), or keep it; until no move fits or `spent_all()` (the caller's work
+    budget, `fits` counting its evaluations)."""
+    while not spent_all():
+        emit = model.emissions(recompute, fresh)
+        moves = []
+        for u in recompute:
+            copies = len(emit.get(u, ()))
+            if u in fresh and copies > 1:
+                moves.append((model.cost[u] * (copies - 1), u, recompute, fresh - {u}))
+            moves.append((model.cost[u] * copies, u, recompute - {u}, fresh - {u}))
+        moves.sort(key=lambda m: (-m[0], m[1]))
+        for _, _, r, f in moves:
+            if spent_all():
+                return recompute, fresh
+            if fits(r, f):
+                recompute, fresh = r, f
+                break
+        else:
+            break
+    return recompute, fresh
