@@ -59,10 +59,29 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from attrs import evolve, frozen
+from attrs import evolve
 
-from tensorgraph.errors import GraphError, PlanError
+from tensorgraph.errors import PlanError
 from tensorgraph.ir.graph import Graph
+from tensorgraph.remat_checkpointed import compile_checkpointed
+from tensorgraph.remat_report import METHODS, RematReport
+
+# The report and the fixed points lived here: program.py, program_io.py, the benches and
+# the tests import them from this module.
+__all__ = [
+    "MAX_ATTEMPTS",
+    "METHODS",
+    "TRIAL_SCHEDULE_BUDGET",
+    "TRIAL_SINGLE_NODE_LIMIT",
+    "RematReport",
+    "check_budget",
+    "choices",
+    "choose",
+    "compile_checkpointed",
+    "compile_to_budget",
+    "proven",
+    "solve_all",
+]
 
 if TYPE_CHECKING:
     from tensorgraph.planner.remat import RematModel
@@ -94,94 +113,6 @@ TRIAL_SCHEDULE_BUDGET = 5_000
 # methods' points. Trade-off: a single-copy point that needs more nodes than this to be
 # found is found only at the answer's model budget.
 TRIAL_SINGLE_NODE_LIMIT = 200
-
-
-@frozen
-class RematReport:
-    """What rematerialisation chose: the `budget` (bytes), the `method` ("keep-all",
-    "milp", "milp-single", "greedy", "checkpoint-layers", "recompute-all"), `recompute_flops` (the
-    FLOPs of the copies, planner/flops.py's estimate), the forward node ids
-    `recomputed` and `kept` (the candidates, ids of the rewritten graph before the
-    copies were added), the solver's proven `gap` (0.0: certified optimal for the
-    model, which for "milp-single" is the single-copy restriction only; None: no
-    bound, as for the heuristic and the fallbacks), the placed
-    `arena` and the `keep_all_arena` (bytes), `solve_seconds` (informative only) and
-    `copies`, the copies emitted (a value recomputed twice counts twice), and
-    `full_gap`: the point's proven gap against the full multi-copy program
-    (planner/remat_milp.py) at the model budget the point was chosen at, (FLOPs -
-    HiGHS's dual bound) / FLOPs: 0.0 when no point of the full program is cheaper there
-    (certified optimal for the full model, whichever method found the point); None where
-    the full program was not solved (above CERTIFY_MAX_VARIABLES) or the answer is a
-    fallback."""
-
-    budget: int
-    method: str
-    recompute_flops: int
-    recomputed: tuple[int, ...]
-    kept: tuple[int, ...]
-    gap: float | None
-    arena: int
-    keep_all_arena: int
-    solve_seconds: float
-    copies: int = 0
-    full_gap: float | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        """The report as JSON values (what `prog.save` stores; `from_dict` inverts it)."""
-        return {
-            "budget": self.budget,
-            "method": self.method,
-            "recompute_flops": self.recompute_flops,
-            "recomputed": list(self.recomputed),
-            "kept": list(self.kept),
-            "gap": self.gap,
-            "arena": self.arena,
-            "keep_all_arena": self.keep_all_arena,
-            "solve_seconds": self.solve_seconds,
-            "copies": self.copies,
-            "full_gap": self.full_gap,
-        }
-
-    @classmethod
-    def from_dict(cls, raw: object) -> RematReport:
-        """The report `to_dict` gave; PlanError naming the field of a wrong type or value
-        (the loader reports it as a LoadError naming the file). `copies` and `full_gap`
-        may be absent (reports saved before they were stored): then their defaults, 0
-        and None."""
-        required = set(_FIELDS) - {"copies", "full_gap"}
-        if not isinstance(raw, dict) or not required <= set(raw) <= set(_FIELDS):
-            raise PlanError(f"a remat report needs exactly the fields {_FIELDS}, got {raw!r:.80}")
-        raw = {"copies": 0, "full_gap": None, **raw}
-        for name, kind in _FIELDS.items():
-            value = raw[name]
-            ok = {
-                "int": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-                "str": isinstance(value, str) and value in METHODS,
-                "ids": isinstance(value, list)
-                and all(isinstance(i, int) and not isinstance(i, bool) for i in value),
-                "gap": value is None
-                or (isinstance(value, int | float) and not isinstance(value, bool) and value >= 0),
-                "seconds": isinstance(value, int | float) and not isinstance(value, bool),
-            }[kind]
-            if not ok:
-                raise PlanError(f"remat report field {name!r} is not a valid {kind}: {value!r:.60}")
-        return cls(**{**raw, "recomputed": tuple(raw["recomputed"]), "kept": tuple(raw["kept"])})
-
-
-METHODS = ("keep-all", "milp", "milp-single", "greedy", "checkpoint-layers", "recompute-all")
-_FIELDS = {
-    "budget": "int",
-    "method": "str",
-    "recompute_flops": "int",
-    "recomputed": "ids",
-    "kept": "ids",
-    "gap": "gap",
-    "arena": "int",
-    "keep_all_arena": "int",
-    "solve_seconds": "seconds",
-    "copies": "int",
-    "full_gap": "gap",
-}
 
 
 def check_budget(budget: object) -> None:
@@ -464,42 +395,3 @@ def _search_finished(prog: object, own: int | None) -> bool:
         return True
     searched = prog.stats["schedule"]
     return searched["work"] < TRIAL_SCHEDULE_BUDGET and not searched["cut_short"]
-
-
-def compile_checkpointed(graph: Graph, recompute: str = "layers", **options: object) -> object:
-    """`graph` compiled as checkpoint-every-layer would run it (`recompute="layers"`):
-    every candidate recomputed except the layer inputs (the data operand of each forward
-    matmul and convolution, `planner.remat.checkpoint_layers`), or with every candidate
-    recomputed, a fresh copy at each read (`"all"`: the least memory the remat model
-    knows, the floor `compile(graph, memory_budget=...)` reports when nothing fits),
-    through the same rewrite, schedule and plan as a budgeted compile; `remat` reports
-    its FLOPs and arena (method "checkpoint-layers" or "recompute-all"). `options` are
-    `tg.compile`'s; GraphError for another `recompute`."""
-    from tensorgraph.compiler import _finish, _rewrite, compile
-    from tensorgraph.planner.remat import build_model, checkpoint_layers, rematerialize
-
-    if recompute not in ("layers", "all"):
-        raise GraphError(f"recompute must be 'layers' or 'all' but got {recompute!r}")
-    keep = compile(graph, **options)
-    opts = keep.options
-    rewritten, stats = _rewrite(graph, opts, False)
-    model = build_model(rewritten, opts.alignment, opts.analyses)
-    everything = frozenset(model.candidates)
-    chosen = checkpoint_layers(model) if recompute == "layers" else everything
-    emit = model.emissions(chosen, frozenset() if recompute == "layers" else everything)
-    prog = _finish(graph, rematerialize(rewritten, emit), stats, opts, None, False)
-    kept = tuple(u for u in model.candidates if u not in emit)
-    arena = prog.plan.arena_size
-    report = RematReport(
-        arena,
-        "checkpoint-layers" if recompute == "layers" else "recompute-all",
-        model.recompute_cost(chosen, emit),
-        tuple(sorted(emit)),
-        kept,
-        None,
-        arena,
-        keep.plan.arena_size,
-        0.0,
-        len(emit),
-    )
-    return evolve(prog, remat=report)
