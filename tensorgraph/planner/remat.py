@@ -378,9 +378,10 @@ def rematerialize(
     order: Sequence[int] | None = None,
 ) -> Graph:
     """`graph` with a copy of each root `u` in `emit` emitted right before the node at
-    each of its steps `emit[u]` (steps of `model_order(graph)`, one or several; backward
-    nodes), in `graph`'s own node order (the scheduler then places the update chains
-    itself, the order the model assumed among its candidates), copies at one
+    each of its steps `emit[u]` (steps of `order`, the model's, one or several; backward
+    nodes), in `order` (None: the steps are `model_order(graph)`'s and the nodes stay
+    in `graph`'s own order; the scheduler then places the update chains itself, the
+    order the model assumed among its candidates), copies at one
     step in their roots' order; every backward read of `u` or of a forward view of `u`
     reads the latest copy emitted at or before it (views are copied onto it), and a copy
     reads the latest copies of its recomputed inputs. Preserves every output bit for
