@@ -10,7 +10,11 @@ module: torch runs `exported.module()` under `aot_function` with
 `min_cut_rematerialization_partition` (benches/mincut_torch.py); tensorgraph imports the
 model with `tg.from_torch` (which exports it the same way), adds
 `tg.nn.cross_entropy` against a target input and takes `tg.value_and_grad` (every
-parameter). The two losses are checked equal (rtol 1e-5) before any figure is printed.
+parameter) with `expand=False`, as `tensorgraph train --memory-budget` builds a step
+(the fused ops stay whole: fewer values kept for the backward; `--expand` gives
+value_and_grad's default, the decomposition that makes the unbudgeted MLX step
+faster, benches/README.md). The two losses are checked equal (rtol 1e-5) before any
+figure is printed.
 
 Saved bytes, defined alike on both sides: the forward values the backward reads, held
 from the forward into the backward, each storage counted once, the step's own inputs
@@ -27,6 +31,7 @@ gradients equal to keep-everything's bit for bit. The printed verdict names the 
 point whose saved bytes are at or below torch's at no more recompute FLOPs.
 
     PYTHONPATH=. python benches/bench_mincut.py [--models gpt2,llama] [--batch 2 --seq 32]
+        [--expand]
 """
 
 from __future__ import annotations
@@ -130,6 +135,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--fractions", default=",".join(map(str, FRACTIONS)))
+    parser.add_argument(
+        "--expand",
+        action="store_true",
+        help="decompose the fused ops before differentiating (value_and_grad's default)",
+    )
     args = parser.parse_args()
     fractions = [float(f) for f in args.fractions.split(",")]
     for name in args.models.split(","):
@@ -141,7 +151,7 @@ def main() -> None:
         theirs = min_cut_step(exported, cross_entropy, (tokens,), torch.tensor(target))
 
         graph = with_loss(tg.from_torch(module, (tokens,)), target.shape)
-        vg = tg.value_and_grad(graph)
+        vg = tg.value_and_grad(graph, expand=args.expand)
         feeds = {graph.inputs[0].name: tokens.numpy().astype(np.int32), "target": target}
         keep = tg.compile(vg)
         expected = keep.run(feeds, backend="arena")
@@ -151,7 +161,8 @@ def main() -> None:
         keep_saved = saved_bytes(held, keep)
 
         print(
-            f"\n{name} (batch {args.batch}, seq {args.seq}, vocab {VOCAB}): loss {theirs.loss:.6f}"
+            f"\n{name} (batch {args.batch}, seq {args.seq}, vocab {VOCAB}, expand={args.expand}): "
+            f"loss {theirs.loss:.6f}"
         )
         print(
             f"  torch min-cut            saved {theirs.saved_bytes:>10,} B in {theirs.saved} "
