@@ -31,9 +31,10 @@ Steps:
    the placed arena fits (MAX_ATTEMPTS points at most, the first within the bracket:
    no less than the least memory the model knows), keeping the fitting point of
    fewest FLOPs; the single-copy program runs under TRIAL_SINGLE_NODE_LIMIT nodes at
-   each trial and, where that cut it short at the model budget the point was chosen
-   at, once more there with its full node limit (a cheaper point it finds is planned,
-   and it states the gap of a single-copy answer); where the full program was too
+   each trial above the largest at which it found no point and, where that cut it
+   short at the model budget the point was chosen at, once more there with its full
+   node limit (a cheaper point it finds is planned, and it states the gap of a
+   single-copy answer); where the full program was too
    large to solve at every trial, solve it once at that model budget too (up to
    CERTIFY_MAX_VARIABLES): its dual bound gives the report's `full_gap`, and a cheaper
    point it finds is planned;
@@ -127,7 +128,10 @@ def choices(model: RematModel, budget: int) -> list[RematChoice]:
 
 
 def solve_all(
-    model: RematModel, budget: int, single_node_limit: int | None = None
+    model: RematModel,
+    budget: int,
+    single_node_limit: int | None = None,
+    with_single: bool = True,
 ) -> tuple[list[RematChoice], Certificate, RematChoice | None]:
     """The points the full integer program (when at most MAX_VARIABLES), the
     single-copy program (when at most SINGLE_MAX_VARIABLES, under `single_node_limit`
@@ -143,13 +147,13 @@ def solve_all(
     it is cheap wherever the full one is small enough. Deterministic (node and work
     limits). Also the full program's `Certificate` (its bound None where it has more
     than MAX_VARIABLES variables and was not solved), and the single-copy program's
-    point (None: none found)."""
+    point (None: none found, or not searched: `with_single` False)."""
     from tensorgraph.planner.remat_milp import certify, solve_greedy
     from tensorgraph.planner.remat_single import SINGLE_NODE_LIMIT, solve_single_copy
 
     certificate = certify(model, budget)
     limit = SINGLE_NODE_LIMIT if single_node_limit is None else single_node_limit
-    single = solve_single_copy(model, budget, limit)
+    single = solve_single_copy(model, budget, limit) if with_single else None
     found = (certificate.point, single)
     fit = [c for c in (*found, solve_greedy(model, budget)) if c is not None]
     rank = {"milp": 0, "milp-single": 1, "greedy": 2}
@@ -252,6 +256,13 @@ def compile_to_budget(
     best_trial = 0  # the model budget `best` was chosen at
     certificates: dict[int, Certificate] = {}  # trial -> the full program's there
     cut_short: set[int] = set()  # trials whose single-copy point the node limit cut short
+    # The largest trial whose single-copy search found no point: no trial at or below it
+    # searches again (a smaller budget only removes points). Near the model's least
+    # memory the search ends at its node limit with nothing, at a minute or more a trial:
+    # GPT-2's step at half its keep-everything arena, four trials between 1,920,815 and
+    # 2,001,439 B, 65-150 s each, none with a point. Trade-off: a smaller budget's search
+    # could in principle reach a point within the limit that a larger one's did not.
+    barren: int | None = None
     fitting: int | None = None
     for attempt in range(MAX_ATTEMPTS):
         if attempt == 0:
@@ -264,9 +275,14 @@ def compile_to_budget(
             trial = ((too_small if fitting is None else fitting) + too_big) // 2
         if too_big - (too_small if fitting is None else fitting) <= alignment:
             break
-        found, certificates[trial], single = solve_all(model, trial, TRIAL_SINGLE_NODE_LIMIT)
+        searches = barren is None or trial > barren
+        found, certificates[trial], single = solve_all(
+            model, trial, TRIAL_SINGLE_NODE_LIMIT, searches
+        )
         if single is not None and single.gap != 0.0:
             cut_short.add(trial)
+        if searches and single is None:
+            barren = trial if barren is None else max(barren, trial)
         if not found:
             too_small = trial
             continue

@@ -165,3 +165,30 @@ def test_a_deeper_single_copy_solve_states_the_gap_of_the_trials_point():
     assert tg_remat.proven(150, deeper) == pytest.approx(0.5)
     assert tg_remat.proven(100, evolve(deeper, gap=0.0)) == 0.0
     assert tg_remat.proven(100, evolve(deeper, gap=None)) is None
+
+
+def test_no_trial_at_or_below_a_barren_one_searches_the_single_copy_program(monkeypatch):
+    """Once the single-copy search found no point at a trial's model budget, no later
+    trial at or below it searches (a smaller budget only removes points): each trial
+    searches exactly when it lies above every earlier barren one. With every search
+    barren the answer comes from the other methods, still fits and is exact."""
+    trials: list[tuple[int, bool]] = []
+    solve_all = tg_remat.solve_all
+
+    def recorded(model, budget, single_node_limit=None, with_single=True):
+        trials.append((budget, with_single))
+        return solve_all(model, budget, single_node_limit, with_single)
+
+    monkeypatch.setattr(tg_remat, "solve_all", recorded)
+    monkeypatch.setattr(remat_single, "solve_single_copy", lambda *args, **kwargs: None)
+    grads, keep, layers = deep_mlp_programs()
+    budget = halfway(keep, layers)
+    prog = tg.compile(grads, memory_budget=budget)
+    barren = -1
+    for trial, searched in trials:
+        assert searched == (trial > barren)
+        if searched:
+            barren = trial
+    assert not all(searched for _, searched in trials)  # the first point placed too big
+    feeds = feeds_for(grads)
+    check_program(prog, budget, keep.run(*feeds, backend="numpy"), feeds)
