@@ -134,8 +134,9 @@ def solve_all(
     with_single: bool = True,
 ) -> tuple[list[RematChoice], Certificate, RematChoice | None]:
     """The points the full integer program (when at most MAX_VARIABLES), the
-    single-copy program (when at most SINGLE_MAX_VARIABLES, under `single_node_limit`
-    branch-and-bound nodes, None: SINGLE_NODE_LIMIT) and the heuristic answer
+    single-copy program (when at most SINGLE_MAX_VARIABLES and `with_single`, under
+    `single_node_limit` branch-and-bound nodes, None: SINGLE_NODE_LIMIT) and the
+    heuristic answer
     for a model budget of `budget` bytes, fewest FLOPs first (on a tie the full
     program, then the single-copy one), each distinct set of copies once. Each fits
     its own method's rows, and each method's rows bound `RematModel.profile`'s peak
