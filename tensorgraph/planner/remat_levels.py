@@ -1,6 +1,6 @@
 """The level search of rematerialisation, on the model of recompute-all's own schedule:
 points held to a level per step, or to the least the model knows at a step where that
-is more (planner/remat_tighten.py's `tighten_to_floor`), bisected on the placed arena.
+is more (planner/remat_tighten.py's `least_by_step`), bisected on the placed arena.
 tensorgraph/remat.py runs it after its bisection of one model budget on the program
 order's model, and takes what it finds where it is cheaper.
 
@@ -47,7 +47,7 @@ from tensorgraph.ir.graph import Graph
 from tensorgraph.planner.remat import RematModel, checkpoint_layers
 from tensorgraph.planner.remat_greedy import relax
 from tensorgraph.planner.remat_program import RematChoice
-from tensorgraph.planner.remat_tighten import least_by_step, tighten_to_floor
+from tensorgraph.planner.remat_tighten import above, least_by_step, tighten
 
 # Levels tried: each costs at most one placement (the trial schedule budget) and two
 # tightenings; the search took 24 s on GPT-2's step and 45 s on ResNet-18's at half
@@ -107,16 +107,13 @@ def _cheapest(
         nonlocal spent
         spent += 1
         emit = model.emissions(recompute, fresh)
-        profile = model.profile(recompute, emit)
-        return bool((profile <= allowance[model.substep_steps(emit)]).all())
+        return bool((above(model, allowance, model.profile(recompute, emit), emit) <= 0).all())
 
     everything = frozenset(model.candidates)
     recompute, fresh = relax(model, fits, everything, everything, lambda: spent >= LEVEL_WORK)
     found = [(recompute, model.emissions(recompute, fresh))]
-    found += [
-        (p.recompute, dict(p.emit))
-        for p in tighten_to_floor(model, least, level, starts, LEVEL_WORK)
-    ]
+    tightened = (tighten(model, allowance, start, LEVEL_WORK)[0] for start in starts)
+    found += [(p.recompute, dict(p.emit)) for p in tightened if p is not None]
 
     def rank(point: tuple[frozenset[int], dict]) -> tuple:
         return model.recompute_cost(*point), sorted(point[0]), sorted(point[1].items())

@@ -31,8 +31,9 @@ Invariants: a point it answers fits the budget in the model's profile (tested by
 evaluating it); it counts model evaluations against a work budget, never time
 (deterministic); of equal moves the earlier candidate's wins.
 
-`tighten_to_floor` holds every step to a level, or to the least the model knows at that
-step where that is more: the budget of the points a level alone cannot describe. The
+`least_by_step` gives the least the model knows at each step; the level search
+(planner/remat_levels.py) holds every step to a level, or to that least where it is
+more: the budget of the points a level alone cannot describe. The
 model counts on its own order, and where no choice lowers a step below the level in the
 model (every candidate recomputed, a copy at each read), the planner's schedule, not
 the choice, decides what that step holds: ResNet-18's stem, whose batch norm backward
@@ -86,7 +87,7 @@ class _Search:
 
     def above(self, point: Point) -> np.ndarray:
         """Bytes above the allowance at each of `point`'s sub-steps (negative: room)."""
-        return point.profile - self.allowance[self.model.substep_steps(point.emit)]
+        return above(self.model, self.allowance, point.profile, point.emit)
 
     def fits(self, point: Point) -> bool:
         return bool((self.above(point) <= 0).all())
@@ -234,16 +235,9 @@ def least_by_step(model: RematModel) -> np.ndarray:
     return least
 
 
-def tighten_to_floor(
-    model: RematModel,
-    least: np.ndarray,
-    level: int,
-    starts: tuple[frozenset[int], ...],
-    work: int,
-) -> list[Point]:
-    """The points `tighten` reaches from each of `starts` when every step is held to
-    `level` bytes or to `least` (`least_by_step(model)`) where that is more (module
-    docstring)."""
-    allowance = np.maximum(least, level)
-    points = (tighten(model, allowance, start, work)[0] for start in starts)
-    return [p for p in points if p is not None]
+def above(
+    model: RematModel, allowance: np.ndarray, profile: np.ndarray, emit: Mapping
+) -> np.ndarray:
+    """Bytes of `profile` (`model.profile` of a point whose copies are `emit`) above
+    `allowance` (bytes per step) at each sub-step (negative: room)."""
+    return profile - allowance[model.substep_steps(emit)]
