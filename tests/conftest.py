@@ -12,6 +12,18 @@ import os
 os.environ["MLX_ENABLE_TF32"] = "0"
 os.environ.setdefault("TENSORGRAPH_DEBUG", "1")
 
+# Under pytest-xdist (pyproject's addopts run two workers) each worker gets its own MLX
+# CPU kernel cache: MLX compiles a kernel by writing `$TMPDIR/mlx/<version>/cpu/lib*.so`
+# in place and loads any such file that exists, so a worker reaching a kernel while the
+# other's compiler is still writing it would load a partial library. The directories
+# persist (warm on the next run); set before any test imports mlx, which reads TMPDIR
+# per kernel, and inherited by the subprocesses tests start.
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+if _worker:
+    _cache = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tensorgraph-pytest-{_worker}")
+    os.makedirs(_cache, exist_ok=True)
+    os.environ["TMPDIR"] = _cache
+
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
