@@ -4,6 +4,8 @@ float32 matmuls at full float32 precision."""
 
 import os
 
+from hypothesis import HealthCheck, settings
+
 # MLX runs float32 matmul-class ops (matmul, conv, attention) as TF32 by default on CUDA
 # and M5 Apple GPUs: a 10-bit mantissa, errors near 1e-3, where the tests compare with
 # the NumPy oracle (float32 BLAS) at 1e-5. MLX reads the variable once, at its
@@ -23,8 +25,6 @@ if _worker:
     _cache = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tensorgraph-pytest-{_worker}")
     os.makedirs(_cache, exist_ok=True)
     os.environ["TMPDIR"] = _cache
-
-from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "default",
