@@ -255,6 +255,15 @@ case(
     _u(2, 4, 6, 5),
     _u(2, 2, 3, 2),
 )
+# A top padding longer than the whole transposed product (one row): 2 rows over a 1-row
+# x at stride 3, one output row, whose 1-row window reads padding only.
+case(
+    "conv2d",
+    "padding-past-the-product",
+    lambda x, w: tg.conv2d(x, w, (3, 1), ((2, 0), (0, 1))),
+    _u(1, 2, 1, 3),
+    _u(2, 2, 1, 2),
+)
 # The weight gradient is bilinear in x and g: both differentiated, over a strided,
 # padded case whose taps stop short of x's last row and one grouped, dilated case whose
 # reach runs past x into zeros.
