@@ -63,12 +63,12 @@ def input_gradient(
         full = conv_transpose2d(g, w, stride, 0, dilation, 0, groups)
         extents = zip(pads, size, full.shape[2:], strict=True)
         spans = [(-lo, lo + e - f) for (lo, _), e, f in extents]
-        if all(-lo <= f for (lo, _), f in zip(spans, full.shape[2:], strict=True)):
+        if all(-crop <= f for (crop, _), f in zip(spans, full.shape[2:], strict=True)):
             return pad(full, [(0, 0), (0, 0), *spans])
         # The top or left padding is longer than the whole product (a stride past x's
         # rows: no window reads them): zeros appended first, so the crop stays within it.
         grown = pad(full, [(0, 0), (0, 0), *((0, max(hi, 0)) for _, hi in spans)])
-        return pad(grown, [(0, 0), (0, 0), *((lo, min(hi, 0)) for lo, hi in spans)])
+        return pad(grown, [(0, 0), (0, 0), *((crop, min(hi, 0)) for crop, hi in spans)])
     (ph, _), (pw, _) = pads
     kh, kw = w.shape[2:]
     extra = (
