@@ -11,16 +11,27 @@ eps)`: the same real-number formula, computed with other roundings (a lerp again
 products, a division by a square root against a product with a reciprocal one, bias
 corrections in float64 against float32). They differ by a few float32 ulps per update.
 
-Tolerance 1e-4 relative on each loss (the issue's bar): both runs are float32; the
-gradients already agree within ~1e-5 relative (tests/autodiff/test_torch_gradients.py),
-and 10 Adam updates of lr 1e-3 move each weight by at most ~1e-2, so rounding
-differences of the updates change the losses by far less than 1e-4 of their size.
+Tolerance 1e-4 relative on each loss (the issue's bar): both runs are float32, and the
+gradients already agree within ~1e-5 relative (tests/autodiff/test_torch_gradients.py).
+That bounds the losses only where the run itself is well conditioned: Adam's first
+steps move every weight by about lr whatever its gradient's size, so a gradient element
+near zero takes the sign its rounding gives it, and a run whose loss jumps (squeezenet
+on a batch of 2 at lr 1e-3 goes 6.6, 2.7, 0.8, 6.9, ...) amplifies that into torch's
+own float32 and float64 runs differing by 6e-4 at step 9. So every comparison first
+checks its premise: torch's float32 losses match torch's float64 losses within
+CONDITIONED (an order below the bar), and each model trains at a learning rate where
+that holds (measured: squeezenet at lr 1e-4 within 1.8e-6; at 3e-4 it is 1e-3). There
+ours is within 1.8e-5 of torch at step 10, drifting steadily from float64 where torch's
+float32 run does not: the bias corrections MLX's formula computes in float32 are the
+likely part (1 - 0.999^1 is 9.99987e-4 in float32, so the first step is 6.4e-6 longer).
 
 The modules stay in eval mode on both sides (the importer exports eval mode: no dropout,
 batch norm on its running statistics) and are imported without weight folding, which
 would hide torch's parameters behind folded.<id> params."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -34,6 +45,7 @@ nn = torch.nn
 
 STEPS = 10
 LEARNING_RATE = 1e-3
+CONDITIONED = 1e-5  # torch float32 against float64: the run amplifies no rounding
 
 
 def _unfolded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,8 +68,13 @@ def _with_loss(graph: tg.Graph, kind: str, target_shape: tuple[int, ...]) -> tg.
     return g
 
 
-def _torch_losses(module: object, args: tuple, kind: str, target: np.ndarray) -> list[float]:
-    optimizer = torch.optim.AdamW(module.parameters(), lr=LEARNING_RATE, foreach=False)
+def _torch_losses(
+    module: object, args: tuple, kind: str, target: np.ndarray, learning_rate: float
+) -> list[float]:
+    """torch's AdamW losses, in the dtype of `module`'s parameters (float args cast to it)."""
+    dtype = next(module.parameters()).dtype
+    args = tuple(a.to(dtype) if a.is_floating_point() else a for a in args)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=learning_rate, foreach=False)
     losses = []
     for _ in range(STEPS):
         optimizer.zero_grad()
@@ -67,15 +84,18 @@ def _torch_losses(module: object, args: tuple, kind: str, target: np.ndarray) ->
             flat = torch.tensor(target, dtype=torch.int64).reshape(-1)
             loss = torch.nn.functional.cross_entropy(out.reshape(-1, classes), flat)
         else:
-            loss = torch.nn.functional.mse_loss(out, torch.tensor(target))
+            loss = torch.nn.functional.mse_loss(out, torch.tensor(target).to(dtype))
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
     return losses
 
 
-def _train_both(name: str | object, kind: str, args: tuple) -> tuple[list, list]:
-    """(our 10 losses, torch's) for the suite model `name` (or a module) on `args`."""
+def _train_both(
+    name: str | object, kind: str, args: tuple, learning_rate: float = LEARNING_RATE
+) -> tuple[list, list]:
+    """(our 10 losses, torch's) for the suite model `name` (or a module) on `args`, after
+    checking that torch's float32 run is within CONDITIONED of its float64 run."""
     torch.manual_seed(0)
     module, _ = catalog.build(name, False) if isinstance(name, str) else (name, None)
     module.eval()
@@ -88,22 +108,27 @@ def _train_both(name: str | object, kind: str, args: tuple) -> tuple[list, list]
         target = rng.standard_normal(out.shape).astype(np.float32)
     names = [k for k, p in module.named_parameters() if p.requires_grad]
     loss_graph = _with_loss(graph, kind, target.shape)
-    optimizer = tg.optim.AdamW(learning_rate=LEARNING_RATE, bias_correction=True)
+    optimizer = tg.optim.AdamW(learning_rate=learning_rate, bias_correction=True)
     program = tg.compile(tg.train_step(loss_graph, optimizer=optimizer, wrt=names))
     feeds = {n.name: a.numpy() for n, a in zip(graph.inputs, args, strict=True)}
     feeds["target"] = target
     state = program.new_state("numpy")
     ours = [float(program.run(feeds, backend="numpy", state=state)[0]) for _ in range(STEPS)]
-    return ours, _torch_losses(module, args, kind, target)
+    exact = _torch_losses(copy.deepcopy(module).double(), args, kind, target, learning_rate)
+    theirs = _torch_losses(module, args, kind, target, learning_rate)
+    np.testing.assert_allclose(theirs, exact, rtol=CONDITIONED, err_msg="ill-conditioned run")
+    return ours, theirs
 
 
 @pytest.mark.slow
 def test_suite_cnn_trains_as_torch_adamw(monkeypatch: pytest.MonkeyPatch) -> None:
     """squeezenet1_1 (the suite's CI image size, 64x64; a batch of 2) under cross-entropy
-    against random classes."""
+    against random classes, at lr 1e-4 (at 1e-3 its loss jumps and the run is chaotic in
+    float32: see the module docstring)."""
     _unfolded(monkeypatch)
     torch.manual_seed(2)
-    ours, theirs = _train_both("squeezenet1_1", "cross_entropy", (torch.randn(2, 3, 64, 64),))
+    args = (torch.randn(2, 3, 64, 64),)
+    ours, theirs = _train_both("squeezenet1_1", "cross_entropy", args, learning_rate=1e-4)
     assert theirs[-1] < theirs[0]  # the run really trains: the comparison is not vacuous
     np.testing.assert_allclose(ours, theirs, rtol=1e-4)
 
