@@ -51,6 +51,15 @@ class Buffer:
             hash(self.id)
         except TypeError as err:
             raise PlanError(f"buffer id {self.id!r} is not hashable") from err
+        size, start, end = self.size, self.start, self.end
+        if (
+            type(size) is int
+            and type(start) is int
+            and type(end) is int
+            and 0 <= size < INT64_END
+            and 0 <= start < end < INT64_END
+        ):  # plain ints in range, as the liveness analysis makes them: nothing to convert
+            return
         for name in ("size", "start", "end"):
             value = getattr(self, name)
             if not _whole(value):

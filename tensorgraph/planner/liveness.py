@@ -204,12 +204,19 @@ def _place(
         if alias is not None and alias.kind == "concat":
             final[node_id] = _placement(graph, graph.node(node_id), alias, step_of, final)
         elif base[node_id].root == node_id:
-            final[node_id] = Storage(node_id, 0)
+            final[node_id] = base[node_id]
+    # Storage is immutable, so equal ones are shared: an analysis makes one per node and
+    # the scheduler's search runs thousands of analyses.
     storage = {}
     for node_id in steps:
         where = base[node_id]
         root = final[where.root]
-        storage[node_id] = Storage(root.root, root.offset + where.offset)
+        if where.offset == 0:
+            storage[node_id] = root
+        elif root.offset == 0 and root.root == where.root:
+            storage[node_id] = where
+        else:
+            storage[node_id] = Storage(root.root, root.offset + where.offset)
     return storage
 
 
@@ -266,17 +273,19 @@ def analyze(
     if len(steps) != len(graph) or set(steps) != {n.id for n in graph.nodes}:
         raise GraphError(f"graph {graph.name!r}: an order must list every node id exactly once")
     end = len(steps)
+    nodes = [graph.node(i) for i in steps]
     step_of: dict[int, int] = {}
     base: dict[int, Storage] = {}  # storage through views and in-place aliases only
     last_use: dict[int, int] = {}
-    for step, node_id in enumerate(steps):
-        node = graph.node(node_id)
+    alias_of = aliasing.of
+    for step, node in enumerate(nodes):
         for i in node.inputs:
             if i not in step_of:
                 raise GraphError(f"{describe(node)}: input %{i} is not computed before it")
             last_use[i] = step
+        node_id = node.id
         step_of[node_id] = step
-        alias = aliasing.of(node_id)
+        alias = alias_of(node_id)
         base[node_id] = (
             Storage(node_id, 0)
             if alias is None or alias.kind == "concat"
@@ -290,21 +299,24 @@ def analyze(
     # A root's bytes are needed until the last read of any alias; an alias's own step
     # counts too (an in-place write happens there, and a value is written even if unread).
     last_read: dict[int, int] = {}
-    for node_id in steps:
+    first_write: dict[int, int] = {}  # a root -> the first step writing any of its bytes
+    for step, node_id in enumerate(steps):
         root = storage[node_id].root
-        seen = max(step_of[node_id], last_use[node_id])
-        last_read[root] = max(last_read.get(root, -1), seen)
+        used = last_use[node_id]
+        seen = step if step > used else used
+        if root in last_read:
+            if seen > last_read[root]:
+                last_read[root] = seen
+        else:
+            last_read[root] = seen
+            first_write[root] = step
 
     holds_output = {storage[o].root for o in graph.outputs}
-    first_write: dict[int, int] = {}  # a root -> the first step writing any of its bytes
-    for node_id in steps:
-        root = storage[node_id].root
-        first_write.setdefault(root, step_of[node_id])
     buffers, constants, states = [], [], []
-    for node_id in steps:
+    for node in nodes:
+        node_id = node.id
         if storage[node_id].root != node_id:
             continue
-        node = graph.node(node_id)
         if node.op == "state":
             states.append(node_id)
             continue
