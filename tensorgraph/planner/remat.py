@@ -1,21 +1,13 @@
 """Rematerialisation: which forward values a gradient graph keeps for its backward and
-which it recomputes, the memory model that choice is made on, and the rewrite.
+which it recomputes, and the memory model that choice is made on.
 
 A gradient graph (`tg.value_and_grad`, a `tg.train_step`) has a forward part, the
 nodes its loss (`graph.returned[0]`) depends on, and a backward part, the others. Each
 non-view forward node is a storage root; a backward node reading one, directly or
 through views, keeps it live from the forward to that read.
 
-Rematerialising root `u` (`rematerialize`): copies of `u`'s node are emitted right
-before backward nodes (its emission points, the first at the latest `u`'s first
-backward reader), each reading the latest copies of its inputs that are recomputed too
-(emitted before it) and the original of the others; every backward read of `u`, and of
-a forward view of `u` (the view is copied onto `u`'s copy), reads the latest copy
-emitted at or before it, so a copy lives from its emission through the last read it
-serves and a value may be recomputed several times, freed in between (Checkmate's
-multiple recomputation). The original dies after its last forward reader. A copy
-computes the same op on the same values, so every output is bit for bit what the graph
-computed without it.
+Rematerialising a root (planner/remat_rewrite.py, `rematerialize`) emits copies of it
+before backward nodes, each freed after the last read it serves.
 
 The memory model (`RematModel`) is the planner's liveness (planner/liveness.py) on the
 program order with the state updates placed (`model_order`: each update chain right
@@ -45,16 +37,30 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from attrs import evolve, frozen
+from attrs import frozen
 
 from tensorgraph.ir.graph import Graph
-from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS
-from tensorgraph.planner.aliasing import ANALYSES, Aliasing, view_of
+from tensorgraph.planner.aliasing import ANALYSES, Aliasing
 from tensorgraph.planner.buffers import align_up
 from tensorgraph.planner.flops import flops
 from tensorgraph.planner.liveness import analyze
-from tensorgraph.planner.update_placement import place_updates
+from tensorgraph.planner.remat_rewrite import (
+    emission_steps,
+    forward_ids,
+    model_order,
+    rematerialize,
+    view_root,
+)
+
+__all__ = [
+    "NOT_RECOMPUTED",
+    "RematModel",
+    "build_model",
+    "checkpoint_layers",
+    "model_order",
+    "rematerialize",
+]
 
 # Ops never recomputed: they read or write persistent state, or are not pure.
 NOT_RECOMPUTED = frozenset({"state", "slice_update", "index_update"})
@@ -142,7 +148,7 @@ class RematModel:
         the copies of the recomputed candidates reading it, ascending."""
         points = set(self.uses[u])
         for v in self.consumers[u]:
-            points.update(_steps(emit.get(v)))
+            points.update(emission_steps(emit.get(v)))
         return tuple(sorted(points))
 
     def substep_steps(self, emit: Mapping[int, int | Sequence[int]]) -> np.ndarray:
@@ -154,7 +160,7 @@ class RematModel:
         before it."""
         width = [1] * self.steps
         for e in emit.values():
-            for step in _steps(e):
+            for step in emission_steps(e):
                 width[step] += 1
         return width
 
@@ -176,7 +182,7 @@ class RematModel:
         bytes; an elementwise copy written over an operand's copy read last there
         counts once (`_overwrites`). Precondition: each read of a recomputed root
         (`emissions`' reads) comes at or after its first copy."""
-        points = {u: _steps(e) for u, e in emit.items()}
+        points = {u: emission_steps(e) for u, e in emit.items()}
         cluster: dict[int, list[int]] = {}
         for u, steps in points.items():
             for step in steps:
@@ -247,21 +253,7 @@ class RematModel:
         """FLOPs of the copies `rematerialize` emits for `recompute` (at `emit`, by
         default one copy per needed root, `latest_emission`)."""
         emit = self.latest_emission(recompute) if emit is None else emit
-        return sum(self.cost[u] * len(_steps(e)) for u, e in emit.items())
-
-
-def _steps(emit: int | Sequence[int] | None) -> tuple[int, ...]:
-    """A root's emission steps, ascending, from one step or several."""
-    if emit is None:
-        return ()
-    if isinstance(emit, int):
-        return (emit,)
-    return tuple(sorted(emit))
-
-
-def _root(graph: Graph, node: Node, root: dict[int, int]) -> int:
-    alias = view_of(graph, node)
-    return node.id if alias is None else root[alias.source]
+        return sum(self.cost[u] * len(emission_steps(e)) for u, e in emit.items())
 
 
 def build_model(
@@ -275,10 +267,10 @@ def build_model(
     shape the buffers the choice does not touch."""
     nodes = [graph.node(i) for i in (model_order(graph) if order is None else order)]
     pos = {n.id: k for k, n in enumerate(nodes)}
-    forward = _forward_ids(graph)
+    forward = forward_ids(graph)
     root: dict[int, int] = {}
     for n in nodes:
-        root[n.id] = _root(graph, n, root)
+        root[n.id] = view_root(graph, n, root)
     roots = [
         n.id for n in nodes if n.id in forward and root[n.id] == n.id and not OPS[n.op].boundary
     ]
@@ -355,97 +347,12 @@ def build_model(
     )
 
 
-def model_order(graph: Graph) -> tuple[int, ...]:
-    """The order the model's steps number: `graph`'s node order with every state's
-    update chain placed right after the last reader of the state's old value
-    (planner/update_placement.py), as the scheduler places it, so that the model frees
-    each gradient at its update and counts the new weights and moments in the state
-    region, not to the end of the program (where a builder appends them)."""
-    return place_updates(graph, [n.id for n in graph.nodes])
-
-
 def _aliasing(
     graph: Graph, order: tuple[int, ...], analyses: Sequence[str], alignment: int
 ) -> Aliasing:
     from tensorgraph.planner.aliasing import analyze_aliasing
 
     return analyze_aliasing(graph, order, tuple(analyses), alignment=alignment)
-
-
-def rematerialize(
-    graph: Graph,
-    emit: Mapping[int, int | Sequence[int]],
-    order: Sequence[int] | None = None,
-) -> Graph:
-    """`graph` with a copy of each root `u` in `emit` emitted right before the node at
-    each of its steps `emit[u]` (steps of `order`, the model's, one or several; backward
-    nodes), in `order` (None: the steps are `model_order(graph)`'s and the nodes stay
-    in `graph`'s own order; the scheduler then places the update chains itself, the
-    order the model assumed among its candidates), copies at one
-    step in their roots' order; every backward read of `u` or of a forward view of `u`
-    reads the latest copy emitted at or before it (views are copied onto it), and a copy
-    reads the latest copies of its recomputed inputs. Preserves every output bit for
-    bit (a copy is the same op on the same values); precondition: each root's first
-    copy comes no later than its first backward reader and than the first copy of every
-    recomputed root reading it (`RematModel.emissions` gives such points)."""
-    if not emit:
-        return graph
-    nodes = list(graph.nodes) if order is None else [graph.node(i) for i in order]
-    pos = {n.id: k for k, n in enumerate(nodes)}
-    steps_order = model_order(graph) if order is None else tuple(order)
-    at: dict[int, list[int]] = {}  # node id -> the roots copied right before it
-    for u, steps in emit.items():
-        for step in _steps(steps):
-            at.setdefault(steps_order[step], []).append(u)
-    next_id = max(pos) + 1
-    copy: dict[int, int] = {}  # a recomputed root -> its latest copy
-    forward_view: dict[tuple[int, int], int] = {}  # (forward view, root's copy) -> its copy
-    out: list[Node] = []
-    root: dict[int, int] = {}
-    for n in nodes:
-        root[n.id] = _root(graph, n, root)
-    forward = _forward_ids(graph)
-    copying = False  # from the first copy on, backward reads go to the latest copies
-
-    def resolve(i: int) -> int:
-        nonlocal next_id
-        if i in copy:
-            return copy[i]
-        if i in forward and root[i] != i and root[i] in copy:
-            key = (i, copy[root[i]])
-            if key not in forward_view:
-                node = graph.node(i)
-                source = resolve(node.inputs[0])
-                out.append(evolve(node, id=next_id, inputs=(source, *node.inputs[1:])))
-                forward_view[key] = next_id
-                next_id += 1
-            return forward_view[key]
-        return i
-
-    for n in nodes:
-        for u in sorted(at.get(n.id, ()), key=pos.__getitem__):
-            node = graph.node(u)
-            inputs = tuple(resolve(i) for i in node.inputs)  # may emit view copies first
-            out.append(evolve(node, id=next_id, inputs=inputs))
-            copy[u] = next_id
-            next_id += 1
-            copying = True
-        if copying and n.id not in forward and n.inputs:
-            n = evolve(n, inputs=tuple(resolve(i) for i in n.inputs))
-        out.append(n)
-    outputs = [o if o in forward else resolve(o) for o in graph.outputs]
-    return graph.rebuilt(out, outputs)
-
-
-def _forward_ids(graph: Graph) -> frozenset[int]:
-    forward: set[int] = set()
-    stack = [graph.returned[0]] if graph.returned else []
-    while stack:
-        i = stack.pop()
-        if i not in forward:
-            forward.add(i)
-            stack.extend(graph.node(i).inputs)
-    return frozenset(forward)
 
 
 def checkpoint_layers(
@@ -455,7 +362,7 @@ def checkpoint_layers(
     the roots a forward matmul or conv2d reads as its data operand (operand 0), as
     `torch.utils.checkpoint` around each layer saves exactly a layer's input."""
     graph = model.graph
-    forward = _forward_ids(graph)
+    forward = forward_ids(graph)
     kept = {
         model.view_root[n.inputs[0]]
         for n in graph.nodes
