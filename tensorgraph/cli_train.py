@@ -12,6 +12,9 @@ optimizer moments are states updated in place by every call. The data come from
   stride modulo the vocabulary from random first tokens; the model reads the first
   `seq` tokens and predicts each next one (next-token targets).
 
+`--memory-budget` takes bytes (`40MiB`) or a share of the arena that keeps every value
+(`50%`, read off a compile without a budget first).
+
 Printed: the plan's memory (arena, the state region holding weights and optimizer
 state, constants, I/O), the recompute overhead (0 without `--memory-budget`: every value
 the backward reads is kept; with it, `tg.compile(memory_budget=)`'s choice: the FLOPs
@@ -174,7 +177,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     # values kept for the backward, at a slower MLX step.
     budgeted = args.memory_budget is not None
     step = tg.train_step(task.graph, optimizer=optimizer, expand=not budgeted)
-    prog = tg.compile(step, memory_budget=args.memory_budget)
+    budget = args.memory_budget
+    if isinstance(budget, BudgetShare):
+        # The keep-everything arena is read off a compile without a budget; the
+        # budgeted compile plans it again (seconds, against minutes of its search).
+        arena = tg.compile(step).plan.arena_size
+        budget = max(1, int(budget.fraction * arena))
+        print(
+            f"  memory budget {args.memory_budget.fraction:.1%} of the keep-everything "
+            f"arena ({arena:,} B): {budget:,} B",
+            flush=True,
+        )
+    prog = tg.compile(step, memory_budget=budget)
     print(f"  {memory_line(prog)}")
     print(f"  {recompute_line(prog)}")
     state = prog.new_state(args.backend)
@@ -258,6 +272,31 @@ def byte_size(text: str) -> int:
     return int(value)
 
 
+@frozen
+class BudgetShare:
+    """`--memory-budget` as a share of the keep-everything arena (`50%`): the budget is
+    `floor(fraction * arena)` of the step compiled keeping every value."""
+
+    fraction: float
+
+
+def memory_budget(text: str) -> int | BudgetShare:
+    """`--memory-budget`'s value: a byte size (`byte_size`) or a percentage in (0, 100]
+    of the keep-everything arena, fractions allowed (`50%`, `37.5%`)."""
+    if not text.endswith("%"):
+        return byte_size(text)
+    try:
+        percent = float(text[:-1])
+    except ValueError:
+        percent = -1.0
+    if not 0 < percent <= 100:
+        raise argparse.ArgumentTypeError(
+            f"expects a percentage of the keep-everything arena in (0, 100], e.g. 50%, "
+            f"but got {text!r}"
+        )
+    return BudgetShare(percent / 100)
+
+
 def _trainable(text: str) -> str:
     if text not in TRAINABLE:
         raise argparse.ArgumentTypeError(
@@ -319,11 +358,12 @@ def add_train_command(commands: argparse._SubParsersAction) -> None:
     )
     sub.add_argument(
         "--memory-budget",
-        type=byte_size,
+        type=memory_budget,
         default=None,
         metavar="SIZE",
-        help="fit the step's arena in SIZE bytes (e.g. 40MiB, 512KiB, 3000000) at the "
-        "least recompute (default: keep every value the backward reads)",
+        help="fit the step's arena in SIZE bytes (e.g. 40MiB, 512KiB, 3000000) or in a "
+        "share of the arena that keeps every value (e.g. 50%%) at the least recompute "
+        "(default: keep every value the backward reads)",
     )
     sub.add_argument(
         "--plot",

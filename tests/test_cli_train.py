@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tensorgraph import cli
-from tensorgraph.cli_train import byte_size, training_task
+from tensorgraph.cli_train import BudgetShare, byte_size, memory_budget, training_task
 from tensorgraph.models import build_model
 from tensorgraph.runtime.reference import run_reference
 from tests.test_cli import tensorgraph
@@ -144,7 +144,16 @@ def test_memory_budget_sizes(text, size):
     assert byte_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "5TB", "MiB", "0KiB"])
+@pytest.mark.parametrize(
+    ("text", "fraction"), [("50%", 0.5), ("37.5%", 0.375), ("100%", 1.0), ("0.1%", 0.001)]
+)
+def test_memory_budget_shares(text, fraction):
+    assert memory_budget(text) == BudgetShare(fraction)
+
+
+@pytest.mark.parametrize(
+    "text", ["0", "-5", "abc", "1.5", "5TB", "MiB", "0KiB", "0%", "-10%", "150%", "%", "half%"]
+)
 def test_a_bad_memory_budget_exits_two_with_one_line(text, capsys):
     assert cli.main(["train", "mlp", *MLP, "--memory-budget", text]) == 2
     captured = capsys.readouterr()
@@ -171,6 +180,27 @@ def test_a_budget_below_keeping_everything_recomputes_and_trains_the_same(capsys
         r"recompute: ([\d,]+) FLOPs per step .* by (\S+) .*; arena (.*) against", runs[True]
     )
     assert found and int(found.group(1).replace(",", "")) > 0 and found.group(2) != "keep-all"
+
+
+def test_a_share_budgets_that_share_of_the_keep_everything_arena(capsys):
+    """`--memory-budget 90%`: the budget printed is floor(0.9 * the keep-everything
+    arena), that arena read off a compile without a budget here, and the step is compiled
+    to that budget (recomputing: 90% is below keeping everything)."""
+    import tensorgraph as tg
+    from tensorgraph.cli_train import make_optimizer
+    from tensorgraph.planner.timeline import byte_label
+
+    task = training_task("mlp", {"features": 8, "hidden": 16, "layers": 2, "classes": 4}, 0)
+    step = tg.train_step(task.graph, optimizer=make_optimizer("adamw", None), expand=False)
+    arena = tg.compile(step).plan.arena_size
+    flags = ["--steps", "1", "--backend", "numpy", "--memory-budget", "90%"]
+    assert cli.main(["train", "mlp", *MLP, *flags]) == 0
+    out = capsys.readouterr().out
+    budget = int(0.9 * arena)
+    assert f"memory budget 90.0% of the keep-everything arena ({arena:,} B): {budget:,} B" in out
+    found = re.search(r"recompute: ([\d,]+) FLOPs per step .* by (\S+) ", out)
+    assert found and _count(found.group(1)) > 0 and found.group(2) != "keep-all"
+    assert f"keeping every value, budget {byte_label(budget)}" in out  # what was compiled
 
 
 def test_a_budget_too_small_names_the_smallest_one_that_compiles(capsys):
