@@ -196,6 +196,7 @@ def compile_to_budget(
         certify,
     )
     from tensorgraph.planner.remat_single import solve_single_copy
+    from tensorgraph.planner.report import peak_holders
 
     keep = finish(rewritten)
     keep_arena = keep.plan.arena_size
@@ -359,7 +360,7 @@ def compile_to_budget(
     if level is not None:
         fits.append((*level, floor_model, floor_order))
         best, certificate = level, None
-    smallest, how = keep_arena, "keep-all"
+    smallest, how, smallest_prog = keep_arena, "keep-all", keep
     for method, recompute, fresh in (
         ("checkpoint-layers", checkpoint_layers(model), frozenset()),
         ("recompute-all", everything, everything),
@@ -373,7 +374,7 @@ def compile_to_budget(
         if arena <= budget:
             fits.append((RematChoice(recompute, emit, flops, 0, method, None), prog, model, None))
         if arena < smallest:
-            smallest, how = arena, method
+            smallest, how, smallest_prog = arena, method, prog
     if fits:
         choice, prog, of, order = min(fits, key=lambda f: (f[0].flops, f[1].plan.arena_size))
         full_gap = None
@@ -385,10 +386,13 @@ def compile_to_budget(
             if final.plan.arena_size <= budget:
                 prog = final
         return evolve(prog, remat=report(choice, prog.plan.arena_size, full_gap, of))
+    # Where the floor comes from: what that smallest plan holds at its peak (a weight's
+    # gradient and its update's temporaries, say, which no recompute removes).
+    holders = peak_holders(smallest_prog.plan, smallest_prog.graph)
     raise PlanError(
         f"graph {rewritten.name!r}: memory_budget {budget} B is below every arena "
         f"rematerialisation found; the smallest budget found feasible is {smallest} B "
-        f"({how}; keeping every value needs {keep_arena} B)"
+        f"({how}; keeping every value needs {keep_arena} B); in that plan {holders}"
     )
 
 
