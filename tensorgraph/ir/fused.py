@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError
 from tensorgraph.ir.dtypes import DType, bool_
-from tensorgraph.ir.inference import check_position
+from tensorgraph.ir.index_inference import check_position
 from tensorgraph.ir.ops import AttrSpec, OpDef, Operand, register
 from tensorgraph.ir.shapes import Shape, numel
 

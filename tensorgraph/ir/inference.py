@@ -5,7 +5,8 @@ canonical attributes (axes non-negative and sorted, shapes resolved, dtypes by n
 returns the output's (shape, dtype), or raises ShapeError/DTypeError naming the operand
 label and the values involved, without the node prefix: the graph adds `%id op:` when it
 re-raises. Rules are pure functions of their arguments. `infer_unary`, `infer_arith` and
-`infer_reduce` are factories: they return the rule for the op they are given.
+`infer_reduce` are factories: they return the rule for the op they are given. The
+indexing ops' rules are in index_inference.py, the windowed ops' in window_inference.py.
 
 Shapes may hold `tg.Dim` extents (`ir.dims`). A condition on extents is decided by
 `always`: it must hold for every value of the dims; one that holds for some values only
@@ -25,7 +26,7 @@ from attrs import evolve
 
 from tensorgraph.errors import DTypeError, ShapeError
 from tensorgraph.ir.dims import always, canonical, is_static, require, undecided
-from tensorgraph.ir.dtypes import DType, as_dtype, bool_, float32, int32, int64, promote_types
+from tensorgraph.ir.dtypes import DType, as_dtype, bool_, float32, int32, promote_types
 from tensorgraph.ir.shapes import Shape, broadcast_shapes, numel
 
 if TYPE_CHECKING:
@@ -175,7 +176,8 @@ infer_matmul_transposed = _transposed_operand("matmul_transposed", 1)
 infer_matmul_transposed_a = _transposed_operand("matmul_transposed_a", 0)
 
 
-def _check_axes(x: Operand, axes: tuple[int, ...]) -> None:
+def check_axes(x: Operand, axes: tuple[int, ...]) -> None:
+    """ShapeError unless `axes` are sorted, unique and within `x`'s rank."""
     rank = len(x.shape)
     if any(not 0 <= a < rank for a in axes) or list(axes) != sorted(set(axes)):
         raise ShapeError(
@@ -205,7 +207,7 @@ def infer_reduce(op: str) -> Infer:
     def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
         (x,) = xs
         axes = attrs["axes"]
-        _check_axes(x, axes)
+        check_axes(x, axes)
         if op in ("max", "min") and not all(_nonempty(x, a, op) for a in axes):
             raise ShapeError(f"{op} over a zero-size axis of {x.label} {x.shape} has no identity")
         dtype = x.dtype
@@ -226,7 +228,7 @@ def infer_arg_reduce(op: str) -> Infer:
     def infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
         (x,) = xs
         axis = attrs["axis"]
-        _check_axes(x, (axis,))
+        check_axes(x, (axis,))
         if not _nonempty(x, axis, op):
             raise ShapeError(f"{op} over the zero-size axis {axis} of {x.label} {x.shape}")
         return _reduced_shape(x, (axis,), attrs["keepdims"]), int32
@@ -238,7 +240,7 @@ def infer_scan(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     """cumsum/cumprod: x's shape, accumulated in the `dtype` attribute (the builder
     resolves torch's default: int64 for integers and bools, else x's dtype)."""
     (x,) = xs
-    _check_axes(x, (attrs["axis"],))
+    check_axes(x, (attrs["axis"],))
     return x.shape, as_dtype(attrs["dtype"])
 
 
@@ -248,7 +250,7 @@ def infer_sort(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     (x,) = xs
     if x.dtype.name == "bool":
         raise DTypeError(f"sorting needs numbers but {x.label} is bool")
-    _check_axes(x, (attrs["axis"],))
+    check_axes(x, (attrs["axis"],))
     return x.shape, x.dtype
 
 
@@ -260,7 +262,7 @@ def infer_argsort(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
 def infer_softmax(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     (x,) = xs
     _need_float(x, "softmax")
-    _check_axes(x, (attrs["axis"],))
+    check_axes(x, (attrs["axis"],))
     return x.shape, x.dtype
 
 
@@ -295,7 +297,7 @@ def infer_cast(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
 def infer_narrow(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     (x,) = xs
     axis, start, length = attrs["axis"], attrs["start"], attrs["length"]
-    _check_axes(x, (axis,))
+    check_axes(x, (axis,))
     extent = x.shape[axis]
     error = ShapeError(
         f"narrow [{start}, {start + length}) is outside axis {axis} of {x.label} {x.shape}"
@@ -313,10 +315,10 @@ def infer_narrow(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
 def infer_concat(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     first = xs[0]
     axis = attrs["axis"]
-    _check_axes(first, (axis,))
+    check_axes(first, (axis,))
     for x in xs[1:]:
         same = len(x.shape) == len(first.shape) and all(
-            _same_extent(e, d, f"concatenate: {first} and {x} agree on axis {i}")
+            same_extent(e, d, f"concatenate: {first} and {x} agree on axis {i}")
             for i, (d, e) in enumerate(zip(x.shape, first.shape, strict=True))
             if i != axis
         )
@@ -328,7 +330,7 @@ def infer_concat(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     return tuple(total if i == axis else d for i, d in enumerate(first.shape)), first.dtype
 
 
-def _same_extent(a: object, b: object, condition: str) -> bool:
+def same_extent(a: object, b: object, condition: str) -> bool:
     """Whether two extents are equal for every value of their dims (`undecided`, naming
     `condition`, when only for some)."""
     if a == b:
@@ -339,93 +341,12 @@ def _same_extent(a: object, b: object, condition: str) -> bool:
     return holds
 
 
-def infer_take(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    x, indices = xs
-    axis = attrs["axis"]
-    _check_axes(x, (axis,))
-    if not indices.dtype.is_integer:
-        raise DTypeError(f"take needs integer indices but {indices.label} is {indices.dtype}")
-    return (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :]), x.dtype
-
-
-def infer_gather(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    """torch.gather: indices of x's rank, no larger than x off `axis`; result of the
-    indices' shape and x's dtype."""
-    x, indices = xs
-    axis = attrs["axis"]
-    _check_axes(x, (axis,))
-    if not indices.dtype.is_integer:
-        raise DTypeError(f"gather needs integer indices but {indices.label} is {indices.dtype}")
-    fits = len(indices.shape) == len(x.shape) and all(
-        _holds(i, "<=", d, f"gather: axis {k} of {indices} fits {x}")
-        for k, (i, d) in enumerate(zip(indices.shape, x.shape, strict=True))
-        if k != axis
-    )
-    if not fits:
-        raise ShapeError(
-            f"gather along axis {axis}: {indices} must have the rank of {x} and no larger "
-            "extent on the other axes"
-        )
-    return indices.shape, x.dtype
-
-
-def _holds(a: object, relation: str, b: object, condition: str) -> bool:
+def always_holds(a: object, relation: str, b: object, condition: str) -> bool:
     """`always(a, relation, b)` as a bool; `undecided` naming `condition` when None."""
     holds = always(a, relation, b)
     if holds is None:
         raise undecided(f"{condition} ({a} {relation} {b})", a, b)
     return holds
-
-
-def check_position(position: Operand) -> None:
-    """A run-time position (slice_update's start, rope's offset): an int32 or int64
-    scalar of shape () or (1,); DTypeError/ShapeError naming it otherwise."""
-    if position.dtype not in (int32, int64):
-        raise DTypeError(
-            f"the position {position.label} is {position.dtype}; it must be int32 or int64"
-        )
-    if position.shape not in ((), (1,)):
-        raise ShapeError(f"the position {position} must have shape () or (1,)")
-
-
-def infer_slice_update(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    """`update` written into `target` along `axis` from `start`. With two operands the
-    start is the attribute and the whole fit is checked here; with a third operand (an
-    integer scalar, the run-time start) the attribute must be 0 and only the static fit
-    is checked (equal extents off `axis`, update extent <= target extent along it): the
-    kernels check start + rows <= extent when the value is known."""
-    target, update = xs[:2]
-    axis, start = attrs["axis"], attrs["start"]
-    _check_axes(target, (axis,))
-    fits = len(update.shape) == len(target.shape) and all(
-        _same_extent(u, t, f"{update} matches {target} on axis {i}")
-        for i, (u, t) in enumerate(zip(update.shape, target.shape, strict=True))
-        if i != axis
-    )
-    if len(xs) == 3:
-        check_position(xs[2])
-        if start != 0:
-            raise ShapeError(
-                f"start {start} given beside the run-time start {xs[2].label} "
-                "(the attribute must be 0 when the start is an operand)"
-            )
-        if not fits or not _holds(
-            update.shape[axis], "<=", target.shape[axis], f"{update} fits {target}"
-        ):
-            raise ShapeError(
-                f"{update} does not fit {target} at axis {axis} (start {xs[2].label} at run time)"
-            )
-    elif (
-        not fits
-        or not _holds(start, ">=", 0, f"start {start} of {update} in {target}")
-        or not _holds(
-            start + update.shape[axis], "<=", target.shape[axis], f"{update} fits {target}"
-        )
-    ):
-        raise ShapeError(f"{update} does not fit {target} at axis {axis} start {start}")
-    if update.dtype != target.dtype:
-        raise DTypeError(f"{update.label} is {update.dtype}, target {target.dtype}")
-    return target.shape, target.dtype
 
 
 def infer_arange(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:

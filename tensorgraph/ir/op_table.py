@@ -10,6 +10,7 @@ imports this module, so the registry is complete whenever it can be read.
 
 from __future__ import annotations
 
+from tensorgraph.ir.index_inference import infer_gather, infer_slice_update, infer_take
 from tensorgraph.ir.inference import (
     infer_arange,
     infer_arg_reduce,
@@ -23,7 +24,6 @@ from tensorgraph.ir.inference import (
     infer_concat,
     infer_float_binary,
     infer_full,
-    infer_gather,
     infer_logical,
     infer_matmul,
     infer_matmul_transposed,
@@ -34,10 +34,8 @@ from tensorgraph.ir.inference import (
     infer_reduce,
     infer_reshape,
     infer_scan,
-    infer_slice_update,
     infer_softmax,
     infer_sort,
-    infer_take,
     infer_transpose,
     infer_unary,
     infer_where,
