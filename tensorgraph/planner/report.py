@@ -90,11 +90,8 @@ def peak_holders(plan: MemoryPlan, graph: Graph, top: int = 3) -> str:
     for b in peak[:top]:
         label, node, shape, _ = _describe_buffer(graph, b)
         named.append(f"{label} {node.op} {shape} {human(b.size)}")
-    total = human(sum(b.size for b in peak))
-    return (
-        f"its peak step {step} holds {total} in {len(peak)} buffers, the largest: "
-        + ", ".join(named)
-    )
+    total, largest = human(sum(b.size for b in peak)), ", ".join(named)
+    return f"its peak step {step} holds {total} in {len(peak)} buffers, the largest: {largest}"
 
 
 def _holders_at(plan: MemoryPlan, graph: Graph, step: int) -> dict[int, Node]:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tensorgraph.errors import PlanError
 from tensorgraph.planner import Buffer, assign_offsets, lower_bound, verify_assignment
-from tensorgraph.planner import search as search_module
+from tensorgraph.planner import work as work_module
 from tensorgraph.planner.assign import greedy_breadth, greedy_size, naive
 from tensorgraph.planner.search import default_budget, minimize_arena, search_offsets
 from tensorgraph.planner.synthetic import random_buffers
@@ -67,7 +67,7 @@ def test_best_never_reads_the_clock_without_a_time_limit(monkeypatch) -> None:
     def no_clock() -> float:
         raise AssertionError("the clock was read in a decision path")
 
-    monkeypatch.setattr(search_module.time, "perf_counter", no_clock)
+    monkeypatch.setattr(work_module.time, "perf_counter", no_clock)
     assert assign_offsets(buffers, "best", 64) == expected
     assert search_offsets(buffers, expected.arena_size, 64, 50_000).work > 0
 
