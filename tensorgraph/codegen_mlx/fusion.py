@@ -129,6 +129,8 @@ def _chain(graph: Graph, node: Node) -> tuple[int, int, int] | None:
     """(L, inner primitives, constants) of a `_CHAIN`-like lowering, else None."""
     if node.op in _CHAIN:
         return _CHAIN[node.op]
+    if node.op == "elementwise":
+        return program_chain(graph, node)
     if node.op in _REDUCTIONS and not node.attr("axes"):
         return _TRANSPARENT
     first = graph.node(node.inputs[0]) if node.inputs else None
@@ -139,6 +141,30 @@ def _chain(graph: Graph, node: Node) -> tuple[int, int, int] | None:
     if node.op in _FLOAT_CHAIN and first is not None and first.dtype.is_float:
         return _FLOAT_CHAIN[node.op]
     return None
+
+
+def program_chain(graph: Graph, node: Node) -> tuple[int, int, int] | None:
+    """(L, inner primitives, constants) of an `elementwise` node's lowering: each step one
+    `_SINGLE` primitive, behind an `AsType` where an operand's dtype is not the step's
+    and a `Broadcast` where its shape is not; None (the worst case) where a step is not
+    `_SINGLE`."""
+    from tensorgraph.ir.elementwise_fused import step_nodes
+
+    steps = step_nodes(node, [(graph.node(i).shape, graph.node(i).dtype) for i in node.inputs])
+    operands = [(graph.node(i).shape, graph.node(i).dtype) for i in node.inputs]
+    depth, inner, constants = [0] * len(operands), 0, 0
+    for step in steps:
+        if step.op not in _SINGLE:
+            return None
+        below = 0
+        for r in step.inputs:
+            shape, dtype = operands[r]
+            wrapped = int(dtype != step.dtype) + int(shape != step.shape)
+            below, inner = max(below, depth[r] + wrapped), inner + wrapped
+        operands.append((step.shape, step.dtype))
+        depth.append(below + 1)
+        inner, constants = inner + 1, constants + _SINGLE[step.op]
+    return depth[-1], inner, constants
 
 
 @frozen

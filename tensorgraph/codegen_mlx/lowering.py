@@ -433,6 +433,7 @@ def lowering_of(node: Node, in_range: frozenset[int] = frozenset()) -> Lowering:
 
 from tensorgraph.codegen_mlx import (  # noqa: E402, F401  (they add to LOWERINGS)
     conv_grad_lowering,
+    elementwise_lowering,
     expert_lowering,
     fused,
     pool_grad_lowering,

@@ -127,6 +127,27 @@ def _adaptive_pool_backward_scratch(graph: Graph, node: Node) -> int:
     return 3 * node.nbytes + 2 * pooled
 
 
+def _elementwise_scratch(graph: Graph, node: Node) -> int:
+    """An `elementwise` node's steps before the last, where mx.compile may not fuse them
+    into one kernel (fusion.py: a step that is not one fusable primitive, a chain as
+    deep as MLX's depth limit or reading as many arrays as its input limit, or fusion
+    off); nothing where it does, as for gelu's chain."""
+    from tensorgraph.codegen_mlx.fusion import (
+        MAX_ARRAYS,
+        MAX_DEPTH,
+        fusion_enabled,
+        program_chain,
+    )
+    from tensorgraph.ir.elementwise_fused import step_nodes
+
+    chain = program_chain(graph, node)
+    arrays = len(set(node.inputs)) + (0 if chain is None else chain[1] + chain[2])
+    if fusion_enabled() and chain is not None and chain[0] < MAX_DEPTH and arrays < MAX_ARRAYS:
+        return 0
+    operands = [(graph.node(i).shape, graph.node(i).dtype) for i in node.inputs]
+    return sum(step.nbytes for step in step_nodes(node, operands)[:-1])
+
+
 # Temporaries a node's MLX lowering allocates beside its output (bytes, an upper bound).
 SCRATCH: dict[str, Callable[[Graph, Node], int]] = {
     "conv2d": _conv_scratch,
@@ -136,4 +157,5 @@ SCRATCH: dict[str, Callable[[Graph, Node], int]] = {
     "avg_pool2d": _pool_scratch,
     "max_pool2d_backward": _pool_backward_scratch,
     "adaptive_max_pool2d_backward": _adaptive_pool_backward_scratch,
+    "elementwise": _elementwise_scratch,
 }

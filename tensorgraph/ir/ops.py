@@ -219,7 +219,7 @@ def view_offset(
 # The table registers every op through `register` above, so it is imported once the core
 # exists: importing this module alone gives the complete registry. The op families the
 # table declares stay readable from here.
-from tensorgraph.ir import fused, op_table  # noqa: E402, F401
+from tensorgraph.ir import elementwise_fused, fused, op_table  # noqa: E402, F401
 
 FLOAT_UNARY, NUMERIC_UNARY = op_table.FLOAT_UNARY, op_table.NUMERIC_UNARY
 ARITHMETIC, COMPARISONS = op_table.ARITHMETIC, op_table.COMPARISONS

@@ -1,5 +1,6 @@
-"""Vector-Jacobian rules of the elementwise ops (unary, binary, `where`, `cast`),
-registered on the ops in `OPS` on import.
+"""Vector-Jacobian rules of the elementwise ops (unary, binary, `where`, `cast`, and a
+fused `elementwise` chain, decomposed into its steps' rules), registered on the ops in
+`OPS` on import.
 
 Conventions, where a derivative is not unique, follow MLX (whose `value_and_grad` the
 API mirrors): `maximum`/`minimum` send the whole cotangent of a tie to their second
@@ -18,9 +19,10 @@ from collections.abc import Callable, Sequence
 
 from tensorgraph.ir import functions as fn
 from tensorgraph.ir import math_functions as mfn
+from tensorgraph.ir.elementwise_fused import step_nodes
 from tensorgraph.ir.node import Node
-from tensorgraph.ir.ops import Vjp, register_vjp
-from tensorgraph.ir.tensor import Tensor
+from tensorgraph.ir.ops import OPS, Vjp, register_vjp
+from tensorgraph.ir.tensor import Tensor, emit
 from tensorgraph.ir.vjp_support import as_operand, cast_to, no_gradient, zeros
 
 
@@ -152,6 +154,28 @@ def _cast(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
     return [fn.astype(g, x.dtype) if x.dtype.is_float else None]
 
 
+def _elementwise(node: Node, inputs: Sequence[Tensor], out: Tensor, g: Tensor) -> list:
+    """A fused chain (ir/elementwise_fused.py), decomposed: its steps before the last
+    are emitted again from `inputs` (the backward reads them), then each step's own
+    rule runs from the last to the first, cotangents of a value read twice summed."""
+    steps = step_nodes(node, [(x.shape, x.dtype) for x in inputs])
+    values = list(inputs)
+    for step in steps[:-1]:
+        values.append(emit(step.op, [values[r] for r in step.inputs]))
+    values.append(out)
+    cotangents: dict[int, Tensor] = {len(values) - 1: g}
+    for k in reversed(range(len(steps))):
+        c = cotangents.pop(len(inputs) + k, None)
+        if c is None:
+            continue
+        step, operands = steps[k], [values[r] for r in steps[k].inputs]
+        flows = OPS[step.op].vjp(step, operands, values[len(inputs) + k], c)
+        for r, flow in zip(step.inputs, flows, strict=True):
+            if flow is not None:
+                cotangents[r] = cotangents[r] + flow if r in cotangents else flow
+    return [cotangents.get(k) for k in range(len(inputs))]
+
+
 for _name, _derivative in UNARY.items():
     register_vjp(_name, _unary(_derivative))
 for _name, _derivative2 in BINARY.items():
@@ -160,3 +184,4 @@ for _name in ("floor", "ceil", "round", "trunc", "sign", "floor_divide"):
     register_vjp(_name, no_gradient)
 register_vjp("where", _where)
 register_vjp("cast", _cast)
+register_vjp("elementwise", _elementwise)

@@ -12,7 +12,8 @@ from its shape and its inputs' shapes, by op family:
   softmax over the scores (5 per score);
 - normalisations (layer_norm, rms_norm, group_norm), softmax, log_softmax: 5 per element;
 - reductions, cumulative ops, pools, sort: 1 per input element (sort: log2 n more);
-- elementwise ops and other computing ops: 1 per output element;
+- elementwise ops and other computing ops: 1 per output element (a fused `elementwise`
+  node: 1 per element of each of its steps);
 - boundary nodes, layout and view ops (reshape, transpose, narrow, broadcast_to, cast,
   concat, pad, take, gather, slice and index updates): 0. They move bytes but compute
   nothing, as AOTAutograd's partitioner counts them ("fusible", free to recompute).
@@ -82,6 +83,8 @@ def flops(graph: Graph, node: Node) -> int:
         return 0
     shapes = [graph.node(i).shape for i in node.inputs]
     out = _elements(node.shape)
+    if op == "elementwise":  # one per element of each step (ir/elementwise_fused.py)
+        return out * (node.attr("program").count(";") + 1)
     if op in (
         "matmul",
         "matmul_transposed",

@@ -433,6 +433,7 @@ KERNELS.update(math_kernels.KERNELS)
 KERNELS.update(window_kernels.KERNELS)
 from tensorgraph.runtime import (  # noqa: E402, F401  (they add to KERNELS)
     conv_grad_kernels,
+    elementwise_kernels,
     expert_kernels,
     fused_kernels,
     pool_grad_kernels,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 import tensorgraph as tg
+from tensorgraph.ir.elementwise_fused import step_nodes
 from tensorgraph.runtime import quant_kernels
 from tensorgraph.runtime.kernels import KERNELS, constant_value
 
@@ -70,6 +71,17 @@ class _Wide:
         return getattr(self._node, name)
 
 
+def _elementwise(graph: tg.Graph, node: tg.ir.Node, args: list[np.ndarray]) -> np.ndarray:
+    """A fused chain step by step, each step's kernel in float64 (its steps' dtypes are
+    inferred from the graph's operand dtypes, then read as float64 like every node's)."""
+    operands = [(graph.node(i).shape, graph.node(i).dtype) for i in node.inputs]
+    chain = list(args)
+    for step in step_nodes(node, operands):
+        value = np.asarray(KERNELS[step.op](_Wide(step), [chain[r] for r in step.inputs]))
+        chain.append(value.astype(np.float64) if step.dtype.is_float else value)
+    return chain[-1]
+
+
 def evaluate(
     graph: tg.Graph, feeds: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray]
 ) -> list[np.ndarray]:
@@ -89,6 +101,8 @@ def evaluate(
             value = _quantized_matmul(node, [values[i] for i in node.inputs])
         elif node.op in _COMPARE:
             value = _COMPARE[node.op](*(values[i] for i in node.inputs))
+        elif node.op == "elementwise":
+            value = _elementwise(graph, node, [values[i] for i in node.inputs])
         else:
             value = np.asarray(KERNELS[node.op](_Wide(node), [values[i] for i in node.inputs]))
         if node.dtype.is_float:

@@ -13,6 +13,7 @@ import pytest
 
 import tensorgraph as tg
 from tensorgraph.ir.conv_grad import conv2d_weight_backward
+from tensorgraph.ir.elementwise_fused import fuse_since, next_id
 from tensorgraph.ir.functions import matmul_transposed, matmul_transposed_a
 from tensorgraph.ir.ops import OPS
 from tensorgraph.ir.pool_grad import adaptive_max_pool2d_backward, max_pool2d_backward
@@ -94,6 +95,15 @@ case(
     _away(3, 4),
     _u(4),
 )
+def _fused_chain(a: tg.Tensor, b: tg.Tensor, c: tg.Tensor) -> tg.Tensor:
+    """(0.9 a + 0.1 b^2) / (sqrt(c) + 1e-3) * a as one `elementwise` node: a read twice,
+    c broadcast."""
+    first = next_id(a.graph)
+    return fuse_since((0.9 * a + 0.1 * tg.square(b)) / (tg.sqrt(c) + 1e-3) * a, first)
+
+
+case("elementwise", "chain-broadcast", _fused_chain, _u(3, 4), _u(3, 4), _u(4, low=0.3))
+
 case("cast", "half", lambda x: x.astype(tg.float16).astype(tg.float32), _u(3, 4))
 case("matmul", "2d", tg.matmul, _u(3, 4), _u(4, 5))
 case("matmul", "batched-broadcast", tg.matmul, _u(2, 1, 3, 4), _u(3, 4, 2))

@@ -13,6 +13,7 @@ from tensorgraph.ir.ops import OPS
 from tensorgraph.runtime.kernels import KERNELS
 from tests.ir import (
     test_conv_grad,
+    test_elementwise_fused,
     test_experts,
     test_fused,
     test_ops_conv_pool,
@@ -56,6 +57,7 @@ TABLES = (
     test_scatter,
     test_pool_grad,
     test_conv_grad,
+    test_elementwise_fused,
 )
 CASES = [c for table in TABLES for c in table.CASES]
 rand = Arrays(seed=7).rand
