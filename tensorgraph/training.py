@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError
 from tensorgraph.ir.api import Tensor, astype, float32, int32
+from tensorgraph.ir.elementwise_fused import fuse_since, next_id
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.verify import verify
@@ -172,7 +173,12 @@ def _emit_updates(step: Graph, optimizer: Optimizer, names: list[str], grads: li
         moments = {
             m: step.state(f"{name}.{m}", param.shape, param.dtype) for m in optimizer.moment_names
         }
+        first = next_id(step)
         update = optimizer.apply(param, Tensor(step, grad.id), moments, count)
+        # Each new value one `elementwise` node (ir/elementwise_fused.py), written over
+        # its state: the update's temporaries take no arena bytes beside the gradient.
+        fused: dict[int, Tensor] = {}
         for m, value in update.moments.items():
-            step.update_state(moments[m], value)
-        step.update_state(param, update.param)
+            fused[value.id] = fuse_since(value, first, fused)
+            step.update_state(moments[m], fused[value.id])
+        step.update_state(param, fuse_since(update.param, first, fused))

@@ -260,11 +260,22 @@ def _reinplace(graph: Graph, order: Sequence[int], pre: object, aliases: dict[in
     class, so the placement moves to that class's root (which `pre` shows unplaced:
     its last read is this step, so no later concat reads it)."""
     root_of: dict[int, int] = {}  # a root of `pre` -> the root its class ends in
+    updates = {value: name for name, value in graph.state_updates.items()}
+
+    def own_state(node: Node, k: int) -> bool:
+        """Whether operand k's class is the state `node`'s value updates."""
+        first = pre.storage[node.inputs[k]].root
+        root = graph.node(root_of.get(first, first))
+        return root.op == "state" and root.name == updates.get(node.id)
+
     for step, node_id in enumerate(order):
         node = graph.node(node_id)
         if not node.nbytes:
             continue
-        for k in inplace_slots(node):
+        slots = inplace_slots(node)
+        if node_id in updates:  # a state's new value: over that state's old bytes first
+            slots = sorted(slots, key=lambda k: not own_state(node, k))
+        for k in slots:
             operand = graph.node(node.inputs[k])
             where = pre.storage[operand.id]
             if pre.last_read[where.root] != step or where.offset != 0:

@@ -139,13 +139,16 @@ def mlp_step(optimizer: tg.optim.Optimizer) -> tg.Graph:
 
 def test_the_sgd_chain_is_the_optimizer_arithmetic_only():
     # SGD without momentum: w - lr * grad, so each chain is the mul by the learning rate
-    # and the sub; the gradient's matmul or sum stays where the scheduler puts it.
+    # and the sub, fused into one node (ir/elementwise_fused.py); the gradient's matmul
+    # or sum stays where the scheduler puts it.
     step = mlp_step(tg.optim.SGD(learning_rate=0.1))
     chains = update_chains(step)
     assert sorted(chains) == ["b0", "w0", "w1"]
     for name, chain in chains.items():
-        assert sorted(step.node(i).op for i in chain) == ["mul", "sub"], name
-        assert step.state_updates[name] in chain
+        (fused,) = (step.node(i) for i in chain)
+        assert fused.op == "elementwise" and fused.id == step.state_updates[name]
+        steps = [part.split()[0] for part in fused.attr("program").split(";")]
+        assert steps == ["mul", "sub"], name
 
 
 def test_adam_chains_hold_the_moments_and_share_the_step_count():
