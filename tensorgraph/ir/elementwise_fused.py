@@ -46,6 +46,8 @@ def parse_program(text: str, inputs: int) -> list[Step]:
     attribute-free elementwise op, or a value nothing reads."""
     steps: list[Step] = []
     for k, part in enumerate(text.split(";") if text else []):
+        if not part.split():
+            raise ShapeError(f"step {k} of the program {text!r} is empty")
         op, *refs = part.split()
         if op not in OPS or not OPS[op].elementwise or OPS[op].attrs:
             raise ShapeError(

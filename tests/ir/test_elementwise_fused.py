@@ -206,6 +206,8 @@ def test_the_fusion_model_sees_the_program_as_a_chain_of_primitives() -> None:
     ("program", "message"),
     [
         ("", "at least one step"),
+        ("exp 0;;neg 1", "step 1 of the program 'exp 0;;neg 1' is empty"),
+        (" ", "step 0 of the program ' ' is empty"),
         ("exp 0;log 0", "values \\[1\\] of the program"),
         ("mul 0 3", "reads a value of neither an input nor an earlier step"),
         ("sum 0", "'sum' is not an elementwise op without attributes"),
