@@ -95,6 +95,8 @@ case(
     _away(3, 4),
     _u(4),
 )
+
+
 def _fused_chain(a: tg.Tensor, b: tg.Tensor, c: tg.Tensor) -> tg.Tensor:
     """(0.9 a + 0.1 b^2) / (sqrt(c) + 1e-3) * a as one `elementwise` node: a read twice,
     c broadcast."""
