@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 from tensorgraph.errors import DTypeError, GraphError, ShapeError
 from tensorgraph.ir.api import Tensor, astype, float32, int32
-from tensorgraph.ir.elementwise_fused import fuse_since, next_id
+from tensorgraph.ir.elementwise_fused import fuse_since
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node, describe
 from tensorgraph.ir.verify import verify
@@ -173,7 +173,7 @@ def _emit_updates(step: Graph, optimizer: Optimizer, names: list[str], grads: li
         moments = {
             m: step.state(f"{name}.{m}", param.shape, param.dtype) for m in optimizer.moment_names
         }
-        first = next_id(step)
+        first = step.next_id
         update = optimizer.apply(param, Tensor(step, grad.id), moments, count)
         # Each new value one `elementwise` node (ir/elementwise_fused.py), written over
         # its state: the update's temporaries take no arena bytes beside the gradient.

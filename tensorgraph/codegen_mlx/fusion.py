@@ -150,8 +150,8 @@ def program_chain(graph: Graph, node: Node) -> tuple[int, int, int] | None:
     `_SINGLE`."""
     from tensorgraph.ir.elementwise_fused import step_nodes
 
-    steps = step_nodes(node, [(graph.node(i).shape, graph.node(i).dtype) for i in node.inputs])
     operands = [(graph.node(i).shape, graph.node(i).dtype) for i in node.inputs]
+    steps = step_nodes(node, operands)
     depth, inner, constants = [0] * len(operands), 0, 0
     for step in steps:
         if step.op not in _SINGLE:

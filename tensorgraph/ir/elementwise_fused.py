@@ -33,7 +33,6 @@ from tensorgraph.ir.ops import OPS, AttrSpec, OpDef, Operand, register
 from tensorgraph.ir.shapes import Shape
 
 if TYPE_CHECKING:
-    from tensorgraph.ir.graph import Graph
     from tensorgraph.ir.node import Node
     from tensorgraph.ir.tensor import Tensor
 
@@ -75,23 +74,27 @@ def format_program(steps: Sequence[Step]) -> str:
     return ";".join(" ".join((op, *map(str, operands))) for op, operands in steps)
 
 
-def infer_elementwise(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
-    """Each step checked by its op's own inference, in order; the last step's shape and
-    dtype (the inputs' broadcast shape: every value flows into the last step)."""
-    steps = parse_program(attrs["program"], len(xs))
-    values = list(xs)
+def _walk(operands: Sequence[Operand], steps: Sequence[Step]) -> list[Operand]:
+    """Each step checked by its op's own inference, in order: the steps' values as
+    Operands (shape and dtype); ShapeError/DTypeError naming the step otherwise."""
+    values = list(operands)
     for k, (op, refs) in enumerate(steps):
-        spec, operands = OPS[op], [values[r] for r in refs]
-        if not spec.min_inputs <= len(operands) <= (spec.max_inputs or len(operands)):
-            raise ShapeError(
-                f"step {k}: {op} takes {spec.min_inputs} operands, not {len(operands)}"
-            )
+        spec, reads = OPS[op], [values[r] for r in refs]
+        if not spec.min_inputs <= len(reads) <= (spec.max_inputs or len(reads)):
+            raise ShapeError(f"step {k}: {op} takes {spec.min_inputs} operands, not {len(reads)}")
         try:
-            shape, dtype = spec.infer(operands, {})
+            shape, dtype = spec.infer(reads, {})
         except (ShapeError, DTypeError) as err:
             raise type(err)(f"step {k} ({op}): {err}") from None
         values.append(Operand(f"step {k}", shape, dtype))
-    return values[-1].shape, values[-1].dtype
+    return values[len(operands) :]
+
+
+def infer_elementwise(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
+    """The last step's shape and dtype (the inputs' broadcast shape: every value flows
+    into the last step), each step checked by its op's own inference."""
+    last = _walk(xs, parse_program(attrs["program"], len(xs)))[-1]
+    return last.shape, last.dtype
 
 
 def step_nodes(node: Node, operands: Sequence[tuple[Shape, DType]]) -> list[Node]:
@@ -102,23 +105,16 @@ def step_nodes(node: Node, operands: Sequence[tuple[Shape, DType]]) -> list[Node
     from tensorgraph.ir.node import Node
 
     steps = parse_program(node.attr("program"), len(node.inputs))
-    values = [Operand(f"operand {k}", s, d) for k, (s, d) in enumerate(operands)]
-    out = []
-    for k, (op, refs) in enumerate(steps):
-        shape, dtype = OPS[op].infer([values[r] for r in refs], {})
-        values.append(Operand(f"step {k}", shape, dtype))
-        out.append(Node(-1 - k, op, refs, (), shape, dtype))
-    return out
-
-
-def next_id(graph: Graph) -> int:
-    """The id the next node added to `graph` gets (a mark for `fuse_since`)."""
-    return max((n.id for n in graph.nodes), default=-1) + 1
+    values = _walk([Operand(f"operand {k}", s, d) for k, (s, d) in enumerate(operands)], steps)
+    return [
+        Node(-1 - k, op, refs, (), v.shape, v.dtype)
+        for k, ((op, refs), v) in enumerate(zip(steps, values, strict=True))
+    ]
 
 
 def fuse_since(result: Tensor, first: int, replace: Mapping[int, Tensor] | None = None) -> Tensor:
     """`result` as one `elementwise` node of its graph: the chain is every node from id
-    `first` on (`next_id` before building `result`) of `result`'s shape that `result`
+    `first` on (`graph.next_id` before building `result`) of `result`'s shape that `result`
     is computed from through elementwise ops without attributes; anything else it reads
     (older nodes, scalars, other ops, other fused nodes) is an input. The chain's nodes
     stay in the graph, unread by the fused node: dead code for the compile's DCE.
@@ -130,6 +126,7 @@ def fuse_since(result: Tensor, first: int, replace: Mapping[int, Tensor] | None 
 
     graph = result.graph
     replace = replace or {}
+    shape = graph.node(result.id).shape
 
     def fusable(node: Node) -> bool:
         spec = OPS[node.op]
@@ -139,7 +136,7 @@ def fuse_since(result: Tensor, first: int, replace: Mapping[int, Tensor] | None 
             and spec.elementwise
             and not spec.attrs
             and not spec.boundary
-            and node.shape == graph.node(result.id).shape
+            and node.shape == shape
         )
 
     chain: dict[int, Node] = {}

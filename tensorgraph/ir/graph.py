@@ -84,6 +84,12 @@ class Graph:
         return kept
 
     @property
+    def next_id(self) -> int:
+        """The id the next node added gets: ids only grow, so nodes made from here on
+        are exactly those with an id at least this (a mark, as for `fuse_since`)."""
+        return self._next_id
+
+    @property
     def outputs(self) -> tuple[int, ...]:
         """Ids of the output nodes, in the order the user listed them (repeats allowed)."""
         return tuple(self._outputs)

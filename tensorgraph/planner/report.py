@@ -77,15 +77,18 @@ def _describe_buffer(graph: Graph, b: Buffer) -> tuple[str, Node, str, str]:
     return _name(node), node, _shape(node), str(node.dtype)
 
 
+def _peak_buffers(plan: MemoryPlan) -> list[Buffer]:
+    """The buffers and workspaces live at `plan`'s peak step, largest first."""
+    live = plan.live_at_peak() + plan.liveness.workspace_at(plan.peak_step)
+    return sorted(live, key=lambda b: (-b.size, b.id))
+
+
 def peak_holders(plan: MemoryPlan, graph: Graph, top: int = 3) -> str:
     """One line naming the `top` largest buffers live at `plan`'s peak step (`graph` the
     planned one), e.g. "its peak step 1275 holds 4.52 MiB in 7 buffers, the largest:
     %192 conv2d_weight_backward (256, 256, 3, 3) 2.25 MiB, ...": what an error that cites
     the arena can tell a user to shrink. Workspaces count as `ws %n` of their op."""
-    step = plan.peak_step
-    peak = sorted(
-        plan.live_at_peak() + plan.liveness.workspace_at(step), key=lambda b: (-b.size, b.id)
-    )
+    step, peak = plan.peak_step, _peak_buffers(plan)
     named = []
     for b in peak[:top]:
         label, node, shape, _ = _describe_buffer(graph, b)
@@ -141,10 +144,7 @@ def _peak_list(plan: MemoryPlan, graph: Graph, top: int) -> list[str]:
     """Buffers live at the peak: producing op, the in-place op whose value the bytes
     hold at the peak (if any), and the op whose read keeps them alive; a workspace live
     there is listed with its op (it lives only at that op's step)."""
-    step = plan.peak_step
-    peak = sorted(
-        plan.live_at_peak() + plan.liveness.workspace_at(step), key=lambda b: (-b.size, b.id)
-    )
+    step, peak = plan.peak_step, _peak_buffers(plan)
     total = sum(b.size for b in peak)
     holders = _holders_at(plan, graph, step)
     lines = [

@@ -13,7 +13,7 @@ import pytest
 
 import tensorgraph as tg
 from tensorgraph.ir.conv_grad import conv2d_weight_backward
-from tensorgraph.ir.elementwise_fused import fuse_since, next_id
+from tensorgraph.ir.elementwise_fused import fuse_since
 from tensorgraph.ir.functions import matmul_transposed, matmul_transposed_a
 from tensorgraph.ir.ops import OPS
 from tensorgraph.ir.pool_grad import adaptive_max_pool2d_backward, max_pool2d_backward
@@ -100,7 +100,7 @@ case(
 def _fused_chain(a: tg.Tensor, b: tg.Tensor, c: tg.Tensor) -> tg.Tensor:
     """(0.9 a + 0.1 b^2) / (sqrt(c) + 1e-3) * a as one `elementwise` node: a read twice,
     c broadcast."""
-    first = next_id(a.graph)
+    first = a.graph.next_id
     return fuse_since((0.9 * a + 0.1 * tg.square(b)) / (tg.sqrt(c) + 1e-3) * a, first)
 
 

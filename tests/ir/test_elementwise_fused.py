@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import tensorgraph as tg
 from tensorgraph.codegen_mlx.fusion import program_chain
-from tensorgraph.ir.elementwise_fused import fuse_since, next_id
+from tensorgraph.ir.elementwise_fused import fuse_since
 from tensorgraph.planner.check import verify_plan
 from tests.ir.op_cases import BF16, Case, case_adder, check_case
 
@@ -23,7 +23,7 @@ def _fused(build):
     """`build` over Tensors, fused into one `elementwise` node."""
 
     def run(*xs: tg.Tensor) -> tg.Tensor:
-        first = next_id(xs[0].graph)
+        first = xs[0].graph.next_id
         return fuse_since(build(*xs), first)
 
     return run
@@ -105,7 +105,7 @@ def chains(draw: st.DrawFn) -> tuple[tg.Graph, dict[str, np.ndarray]]:
         values.append(g.input(f"x{k}", own, dtype))
         rng = np.random.default_rng(draw(st.integers(0, 2**16)))
         feeds[f"x{k}"] = (rng.standard_normal(own) * 2).astype(dtype.to_numpy())
-    first = next_id(g)
+    first = g.next_id
     unread = set(range(len(values)))
     for _ in range(draw(st.integers(1, 7))):
         if draw(st.booleans()):
@@ -167,7 +167,7 @@ def _update(fuse: bool) -> int:
     g = tg.Graph("update")
     a, b = g.input("a", (64, 4), tg.float32), g.input("b", (4, 64), tg.float32)
     m, grad = a @ b, tg.tanh(a @ b)
-    first = next_id(g)
+    first = g.next_id
     chain = 0.9 * (m * 1.5) + 0.1 * grad
     g.output((fuse_since(chain, first) if fuse else chain) + tg.square(grad))
     return tg.compile(g).plan.arena_size
@@ -184,7 +184,7 @@ def test_the_plan_writes_a_fused_update_over_its_operand() -> None:
 def test_a_chain_of_one_step_stays_as_it_is() -> None:
     g = tg.Graph("one")
     x = g.input("x", (3,), tg.float32)
-    first = next_id(g)
+    first = g.next_id
     y = tg.exp(x)
     assert fuse_since(y, first).id == y.id
     assert fuse_since(x, first).id == x.id
