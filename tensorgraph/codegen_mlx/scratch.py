@@ -4,7 +4,9 @@ makes besides its result (a convolution's NHWC copies and im2col matrix, a pool'
 copy, the pool and convolution backward ops' masks and patch matrices). The segment cost
 (segments.py) adds it to the node's own allocation, so a segment's worst case bounds
 MLX's memory; tests/codegen_mlx/test_segments.py measures each bound against the
-lowering. An op without an entry allocates only its result.
+lowering. An op without an entry allocates only its result. Where the op declares a
+workspace (conv2d_weight_backward's patches), the plan holds that much of the bound and
+the segment cost adds only the rest.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ from tensorgraph.codegen_mlx.lowering import lowering_of
 from tensorgraph.codegen_mlx.scratch import SCRATCH
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
-from tensorgraph.ir.ops import OPS
+from tensorgraph.ir.ops import OPS, workspace_bytes
 from tensorgraph.planner.aliasing import Aliasing
 from tensorgraph.planner.liveness import Liveness
 
@@ -93,13 +93,17 @@ class Segment:
 
 def allocation(graph: Graph, aliasing: Aliasing, node_id: int) -> int:
     """Bytes MLX may allocate to run node `node_id`: 0 for boundary nodes (their arrays
-    exist before the run) and views, else the node's size plus its `SCRATCH`."""
+    exist before the run) and views, else the node's size plus what of its `SCRATCH`
+    its declared workspace does not cover (the plan gives the workspace its own buffer,
+    which `step_costs` counts)."""
     node = graph.node(node_id)
     alias = aliasing.of(node_id)
     if OPS[node.op].boundary or (alias is not None and alias.kind == "view"):
         return 0
     scratch = SCRATCH.get(node.op)
-    return node.nbytes + (scratch(graph, node) if scratch else 0)
+    if scratch is None:
+        return node.nbytes
+    return node.nbytes + max(0, scratch(graph, node) - workspace_bytes(node, graph))
 
 
 def carried_bytes(graph: Graph, liveness: Liveness) -> list[int]:

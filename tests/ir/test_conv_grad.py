@@ -6,6 +6,8 @@ inference errors."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +17,8 @@ from hypothesis import strategies as st
 import tensorgraph as tg
 from tensorgraph.errors import DTypeError, ShapeError
 from tensorgraph.ir.conv_grad import conv2d_weight_backward
+from tensorgraph.ir.ops import workspace_bytes
+from tensorgraph.runtime.kernels import KERNELS
 from tests.ir.op_cases import BF16, Case, case_adder, check_case
 
 CASES: list[Case] = []  # the op table's cases (tests/ir/test_ops.py runs them all)
@@ -159,17 +163,69 @@ def test_random_weight_gradients_agree_with_torch_on_every_backend(conv) -> None
 
 def test_a_strided_stem_holds_no_copy_of_the_image() -> None:
     """The weight gradient of a 7x7 stride-2 stem over an image: the plan holds the image
-    x, the convolution's result y, its cotangent (y-sized) and the small gradient, where
+    x, the convolution's result y, its cotangent (y-sized), the small gradient and, at
+    the gradient's step only, the patches it contracts (its declared workspace), where
     the convolution written out held x's and the cotangent's transposed copies too."""
     g = tg.Graph("stem")
     x = g.input("x", (4, 3, 32, 32))
-    w = g.param("w", (8, 3, 7, 7))
+    rng = np.random.default_rng(0)
+    w = g.param("w", (8, 3, 7, 7), value=rng.uniform(-1, 1, (8, 3, 7, 7)).astype(np.float32))
     y = tg.conv2d(x, w, 2, 3)
     g.output((y * y).sum())
     prog = tg.compile(tg.value_and_grad(g, "w"))
     x_bytes, y_bytes, w_bytes = 4 * 3 * 32 * 32 * 4, 4 * 8 * 16 * 16 * 4, 8 * 3 * 7 * 7 * 4
+    # The taps of 16 output rows at stride 2 reach 6 + 15 * 2 + 1 = 37 padded rows; the
+    # patch matrix is (4 * 16 * 16) positions x (3 * 7 * 7) taps; the cotangent y-sized.
+    patches = (4 * 3 * 37 * 37 + 4 * 16 * 16 * 3 * 7 * 7 + 4 * 8 * 16 * 16) * 4
+    (node,) = [n for n in prog.graph.nodes if n.op == "conv2d_weight_backward"]
+    workspace = prog.plan.liveness.workspace[node.id]
+    assert workspace.size == patches
+    step = prog.plan.liveness.step_of[node.id]
+    assert (workspace.start, workspace.end) == (step, step + 1)
     assert {n.op for n in prog.graph.nodes}.isdisjoint({"transpose", "pad"})
-    assert prog.plan.arena_size <= x_bytes + 2 * y_bytes + w_bytes + 4 * 64
+    assert prog.plan.arena_size <= x_bytes + 2 * y_bytes + w_bytes + patches + 5 * 64
+    feeds = {"x": rng.uniform(-1, 1, (4, 3, 32, 32)).astype(np.float32)}
+    ref = prog.run(feeds, backend="numpy")[1]
+    assert prog.run(feeds, backend="arena")[1].tobytes() == ref.tobytes()  # bytes reserved
+
+
+def kernel_temporaries(node, args) -> int:
+    """The most bytes Python held at once while the oracle's kernel ran `node` on `args`,
+    its result aside: tracemalloc sees every NumPy data buffer, and the Python objects
+    made beside them (views, shape tuples: a few KiB, `OBJECTS`)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        out = KERNELS[node.op](node, args)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak - out.nbytes
+
+
+OBJECTS = 8192  # bytes of Python objects, against a workspace of 600 KB below
+
+
+@pytest.mark.parametrize("dtype", [tg.float32, tg.bfloat16, tg.float16])
+def test_the_workspace_bounds_what_the_kernel_holds(dtype) -> None:
+    """A 5x5 stride-2 dilated, grouped weight gradient in each float type: the workspace
+    is the patches' size derived by hand, and the NumPy kernel's temporaries (the half
+    types' float32 copies included) fit in it."""
+    g = tg.Graph("wb")
+    x = g.input("x", (4, 8, 29, 27), dtype)
+    cot = g.input("g", (4, 12, 12, 12), dtype)
+    out = conv2d_weight_backward(x, cot, 5, stride=2, padding=(1, 2), dilation=2, groups=2)
+    g.output(out)
+    node = g.node(out.id)
+    # 12 output rows reach (5 - 1) * 2 + (12 - 1) * 2 + 1 = 31 padded rows (and columns);
+    # the patch matrix is (4 * 12 * 12) positions x (8 * 5 * 5) taps; the cotangent g's
+    elements = 4 * 8 * 31 * 31 + 4 * 12 * 12 * 8 * 5 * 5 + 4 * 12 * 12 * 12
+    if dtype != tg.float32:  # float32 x, g and product beside the half ones
+        elements += 4 * 8 * 29 * 27 + 4 * 12 * 12 * 12 + 12 * 4 * 5 * 5
+    assert workspace_bytes(node, g) == elements * 4
+    rng = np.random.default_rng(5)
+    args = [rng.uniform(-1, 1, s).astype(dtype.to_numpy()) for s in ((4, 8, 29, 27), cot.shape)]
+    assert kernel_temporaries(node, args) <= workspace_bytes(node, g) + OBJECTS
 
 
 def test_disagreements_are_named() -> None:
