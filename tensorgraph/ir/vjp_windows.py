@@ -26,7 +26,8 @@ import numpy as np
 
 from tensorgraph.ir import functions as fn
 from tensorgraph.ir.conv import conv2d, conv_transpose2d, pad
-from tensorgraph.ir.conv_grad import conv2d_weight_backward, reach
+from tensorgraph.ir.conv_grad import reach
+from tensorgraph.ir.conv_grad_chunks import chunked_weight_gradient
 from tensorgraph.ir.node import Node
 from tensorgraph.ir.ops import OPS, register_vjp
 from tensorgraph.ir.pool_grad import forward_pool, max_pool_backward, pooled_operands
@@ -37,11 +38,13 @@ from tensorgraph.ir.window_inference import conv_pads, transposed_extent
 
 def weight_gradient(x: Tensor, g: Tensor, kernel: tuple[int, int], node: Node) -> Tensor:
     """d <conv2d(x, w), g> / dw for w (O, Cg, KH, KW) at `node`'s stride, top and left
-    padding, dilation and groups: one `conv2d_weight_backward` reading x and g as stored
-    (ir.conv_grad), never a transposed or padded copy of either."""
+    padding, dilation and groups: `conv2d_weight_backward` ops reading x and g as stored
+    (ir.conv_grad), never a transposed or padded copy of either; more than one where the
+    patches they contract would outgrow what they read (ir/conv_grad_chunks.py)."""
     stride, dilation = node.attr("stride"), node.attr("dilation")
-    return conv2d_weight_backward(
-        x, g, kernel, stride, node.attr("padding"), dilation, node.attr("groups")
+    top_left = tuple(node.attr("padding"))
+    return chunked_weight_gradient(
+        x, g, tuple(kernel), stride, top_left, dilation, node.attr("groups")
     )
 
 
