@@ -155,11 +155,12 @@ def recompute_line(prog: object) -> str:
     total = sum(flops(graph, node) for node in graph.nodes)
     share = report.recompute_flops / max(total - report.recompute_flops, 1)
     gap = "no bound" if report.gap is None else f"gap {report.gap:.3g}"
+    split = f"; {report.split} weight gradients split into chunks" if report.split else ""
     return (
         f"recompute: {report.recompute_flops:,} FLOPs per step (+{share:.2%}), "
         f"{len(report.recomputed)} values recomputed by {report.method} ({gap}); arena "
         f"{byte_label(report.arena)} against {byte_label(report.keep_all_arena)} keeping "
-        f"every value, budget {byte_label(report.budget)}"
+        f"every value, budget {byte_label(report.budget)}{split}"
     )
 
 

@@ -26,7 +26,8 @@ class RematReport:
     HiGHS's dual bound) / FLOPs: 0.0 when no point of the full program is cheaper there
     (certified optimal for the full model, whichever method found the point); None where
     the full program was not solved (above CERTIFY_MAX_VARIABLES) or the answer is a
-    fallback."""
+    fallback. `split`: the convolution weight gradients split into chunks before any
+    recompute (ir/conv_grad_chunks.py; 0: none)."""
 
     budget: int
     method: str
@@ -39,6 +40,7 @@ class RematReport:
     solve_seconds: float
     copies: int = 0
     full_gap: float | None = None
+    split: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """The report as JSON values (what `prog.save` stores; `from_dict` inverts it)."""
@@ -54,18 +56,19 @@ class RematReport:
             "solve_seconds": self.solve_seconds,
             "copies": self.copies,
             "full_gap": self.full_gap,
+            "split": self.split,
         }
 
     @classmethod
     def from_dict(cls, raw: object) -> RematReport:
         """The report `to_dict` gave; PlanError naming the field of a wrong type or value
-        (the loader reports it as a LoadError naming the file). `copies` and `full_gap`
-        may be absent (reports saved before they were stored): then their defaults, 0
-        and None."""
-        required = set(_FIELDS) - {"copies", "full_gap"}
+        (the loader reports it as a LoadError naming the file). `copies`, `full_gap` and
+        `split` may be absent (reports saved before they were stored): then their
+        defaults, 0, None and 0."""
+        required = set(_FIELDS) - {"copies", "full_gap", "split"}
         if not isinstance(raw, dict) or not required <= set(raw) <= set(_FIELDS):
             raise PlanError(f"a remat report needs exactly the fields {_FIELDS}, got {raw!r:.80}")
-        raw = {"copies": 0, "full_gap": None, **raw}
+        raw = {"copies": 0, "full_gap": None, "split": 0, **raw}
         for name, kind in _FIELDS.items():
             value = raw[name]
             ok = {
@@ -95,4 +98,5 @@ _FIELDS = {
     "solve_seconds": "seconds",
     "copies": "int",
     "full_gap": "gap",
+    "split": "int",
 }

@@ -32,6 +32,8 @@ import math
 from tensorgraph.ir import functions as fn
 from tensorgraph.ir.conv_grad import conv2d_weight_backward
 from tensorgraph.ir.dtypes import float32
+from tensorgraph.ir.graph import Graph
+from tensorgraph.ir.node import Node
 from tensorgraph.ir.tensor import Tensor
 
 CHUNK_FLOOR = 1 << 20  # bytes of patches below which a weight gradient is never split
@@ -44,13 +46,14 @@ def patch_bytes(x: Tensor, g: Tensor, kernel: tuple[int, int]) -> int:
     return n * math.prod(g.shape[2:]) * c * math.prod(kernel) * max(x.dtype.itemsize, 4)
 
 
-def chunk_count(x: Tensor, g: Tensor, kernel: tuple[int, int]) -> int:
-    """How many ops the weight gradient of x and g splits into (module docstring): 1
-    where the patches fit the limit, where an extent is symbolic or the op is empty."""
+def chunk_count(x: Tensor, g: Tensor, kernel: tuple[int, int], limit: int | None = None) -> int:
+    """How many ops the weight gradient of x and g splits into so that each contracts
+    at most `limit` bytes of patches (None: the autodiff rule's, module docstring): 1
+    where the patches fit, where an extent is symbolic or the op is empty."""
     extents = (*x.shape, *g.shape)
     if not all(isinstance(e, int) for e in extents) or 0 in extents:
         return 1
-    limit = max(x.nbytes + g.nbytes, CHUNK_FLOOR)
+    limit = max(x.nbytes + g.nbytes, CHUNK_FLOOR) if limit is None else max(1, limit)
     return max(1, -(-patch_bytes(x, g, kernel) // limit))
 
 
@@ -62,10 +65,12 @@ def chunked_weight_gradient(
     padding: tuple[int, int],
     dilation: tuple[int, int],
     groups: int,
+    limit: int | None = None,
 ) -> Tensor:
     """d <conv2d(x, w), g> / dw (the (KH, KW) = `kernel` weight's cotangent) as the sum
-    of `chunk_count` weight-gradient ops over batch or row chunks (module docstring)."""
-    pieces = chunk_count(x, g, kernel)
+    of `chunk_count(x, g, kernel, limit)` weight-gradient ops over batch or row chunks
+    (module docstring)."""
+    pieces = chunk_count(x, g, kernel, limit)
 
     def op(xs: Tensor, gs: Tensor, top: int) -> Tensor:
         return conv2d_weight_backward(xs, gs, kernel, stride, (top, padding[1]), dilation, groups)
@@ -97,3 +102,30 @@ def chunked_weight_gradient(
     for part in parts[1:]:
         total = total + (fn.astype(part, float32) if wide else part)
     return fn.astype(total, x.dtype) if wide else total
+
+
+def split_weight_gradients(graph: Graph, limit: int) -> tuple[Graph, int]:
+    """(`graph` with every conv2d_weight_backward whose patches exceed `limit` bytes
+    replaced by its chunks' sum (`chunked_weight_gradient` at `limit`), the number of
+    ops so split); `graph` itself when none is. The chunks take the replaced node's
+    place in the order, so the result stays topological; ids are kept and new ones are
+    above every existing id. The outputs' values change only by float reassociation."""
+    work = graph.rebuilt(graph.nodes)
+    made: dict[int, list[Node]] = {}
+    mapping: dict[int, int] = {}
+    for node in graph.nodes:
+        if node.op != "conv2d_weight_backward":
+            continue
+        x, g = (Tensor(work, i) for i in node.inputs)
+        kernel = tuple(node.attr("kernel_size"))
+        if chunk_count(x, g, kernel, limit) == 1:
+            continue
+        first = len(work.nodes)
+        attrs = (node.attr("stride"), tuple(node.attr("padding")), node.attr("dilation"))
+        total = chunked_weight_gradient(x, g, kernel, *attrs, node.attr("groups"), limit)
+        made[node.id] = list(work.nodes[first:])
+        mapping[node.id] = total.id
+    if not mapping:
+        return graph, 0
+    order = [m for node in graph.nodes for m in (*made.get(node.id, ()), work.node(node.id))]
+    return work.rebuilt(order).replace_uses(mapping), len(mapping)

@@ -121,3 +121,55 @@ def test_the_stems_patches_no_longer_set_its_floor(batch) -> None:
     feeds = {"x": np.random.default_rng(1).uniform(-1, 1, (batch, 3, 64, 64)).astype(np.float32)}
     ref = prog.run(feeds, backend="numpy")[1]
     assert prog.run(feeds, backend="arena")[1].tobytes() == ref.tobytes()
+
+
+@given(_strided_convs(), st.integers(1, 4096))
+@settings(max_examples=15, deadline=None)
+def test_splitting_a_gradient_graph_keeps_its_values(conv, limit) -> None:
+    """split_weight_gradients at a random limit: every weight gradient left contracts at
+    most the limit (or one output row's patches, the least a chunk holds), the count is
+    the nodes split, and the split graph gives the unsplit one's gradient on the numpy
+    executor (to float reassociation) and its own plan's arena bit for bit."""
+    xs, ws, stride, padding, dilation, groups, seed = conv
+    rng = np.random.default_rng(seed)
+    x, w = (rng.uniform(-1, 1, s).astype(np.float32) for s in (xs, ws))
+    g = tg.Graph("conv")
+    out = tg.conv2d(g.input("x", xs), g.input("w", ws), stride, padding, dilation, groups)
+    g.output((out * g.constant(rng.uniform(-1, 1, out.shape).astype(np.float32))).sum())
+    vg = tg.value_and_grad(g, "w")
+    before = [n for n in vg.nodes if n.op == "conv2d_weight_backward"]
+    split, count = conv_grad_chunks.split_weight_gradients(vg, limit)
+    assert count == sum(conv_patch(vg, n) > limit for n in before)
+    assert (split is vg) == (count == 0)
+    for node in (n for n in split.nodes if n.op == "conv2d_weight_backward"):
+        row = conv_patch(split, node) // split.node(node.inputs[1]).shape[2]
+        assert conv_patch(split, node) <= max(limit, row)
+    feeds = {"x": x, "w": w}
+    ref = tg.compile(vg).run(feeds, backend="numpy")[1]
+    prog = tg.compile(split)
+    got = prog.run(feeds, backend="numpy")[1]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    assert prog.run(feeds, backend="arena")[1].tobytes() == got.tobytes()
+
+
+def test_a_budget_splits_before_it_recomputes() -> None:
+    """The stem's gradient at batch 8 holds eight one-image chunks of 32 * 32 * 3 * 49 * 4
+    = 602,112 B of patches each. A budget of 1,200,000 B, below the keep-everything
+    arena, splits each above 1,200,000 // SPLIT_SHARE = 600,000 B (all eight) into row
+    chunks, and then keeping every value fits: no recompute, the split reported, the
+    arena the reference's bit for bit."""
+    from tensorgraph.remat import SPLIT_SHARE
+
+    vg = _stem_step(8)
+    keep = tg.compile(vg)
+    budget = 1_200_000
+    assert SPLIT_SHARE == 2 and keep.plan.arena_size > budget
+    prog = tg.compile(vg, memory_budget=budget)
+    assert (prog.remat.method, prog.remat.split, prog.remat.recompute_flops) == ("keep-all", 8, 0)
+    assert prog.plan.arena_size <= budget
+    chunks = [n for n in prog.graph.nodes if n.op == "conv2d_weight_backward"]
+    assert len(chunks) == 16 and all(conv_patch(prog.graph, c) == 602_112 // 2 for c in chunks)
+    feeds = {"x": np.random.default_rng(2).uniform(-1, 1, (8, 3, 64, 64)).astype(np.float32)}
+    ref = prog.run(feeds, backend="numpy")
+    assert [a.tobytes() for a in prog.run(feeds, backend="arena")] == [a.tobytes() for a in ref]
+    np.testing.assert_allclose(ref[1], keep.run(feeds, backend="numpy")[1], rtol=1e-5, atol=1e-6)
