@@ -97,11 +97,13 @@ if TYPE_CHECKING:
 MAX_ATTEMPTS = 5
 # Under a budget, a convolution weight gradient's patches are split to at most this
 # fraction of it (step 1). A workspace is one step's, beside what that step must hold
-# (the op's x and g, the values live across it): at a quarter of the budget the split
-# leaves room for those, and costs no FLOPs, only more, smaller ops. Measured: the zoo
-# CNN's 7x7 stem at half its keep-everything arena (1.15 MB): one image's patches (0.6
-# MB) made the least plan 1.41 MB, above the budget; at a quarter, row chunks of 0.15 MB.
-SPLIT_SHARE = 2
+# (the op's x and g, the values live across it), and the split costs no FLOPs, only
+# more, smaller ops. Measured on the zoo CNN's step at half its keep-everything arena
+# (1,142,816 B; its 7x7 stem's one-image chunks hold 0.6 MB of patches, and the least
+# plan was 1.41 MB, above the budget): a half gives 0.3 MB chunks and a point of
+# 72.8M recompute FLOPs (593 s to compile), a quarter 0.19 MB chunks and 63.4M FLOPs
+# (909 nodes against 795: 842 s).
+SPLIT_SHARE = 4
 # The schedule search's work budget (planner/schedule.py's units) for the points the
 # bisection tries. A point that fits its budget so is taken as fitting; one that does
 # not is scheduled again with the full budget (the compile's, DEFAULT_BUDGET by
