@@ -22,7 +22,9 @@ greedy and subtree heuristics are planner/order_heuristics.py's):
   `program`, since `program` is a candidate. Each heuristic's order (and the search's
   result) is also costed with its state updates placed (planner/update_placement.py:
   each update chain right after the last reader of the state's old value, so it writes
-  over the state and frees its gradient there).
+  over the state and frees its gradient there). For a graph that updates state the
+  search also runs from every other candidate, under a budget of what the first
+  searches spent (the update placement makes basins the lowest start misses).
 
 The exact cost of an order (`CostModel`) is the lower bound of the plan the compiler
 would make for it: the alias analyses run for that order, the one liveness analysis
