@@ -12,7 +12,7 @@ Steps:
    peak); if its arena does not fit the budget, split every convolution weight gradient
    whose patches exceed 1 / SPLIT_SHARE of the budget into chunks of at most that
    (ir/conv_grad_chunks.py: the same FLOPs, a smaller workspace, so it comes before any
-   recompute; the program's stats say how many) and plan again; if the arena fits the
+   recompute; the report's `split` says how many) and plan again; if the arena fits the
    budget, that is the answer (method "keep-all");
 2. build the memory model (planner/remat.py: the planner's liveness on the program
    order, views resolved, no in-place writes) and scale the budget by the model's to
@@ -102,7 +102,7 @@ MAX_ATTEMPTS = 5
 # (1,142,816 B; its 7x7 stem's one-image chunks hold 0.6 MB of patches, and the least
 # plan was 1.41 MB, above the budget): a half gives 0.3 MB chunks and a point of
 # 72.8M recompute FLOPs (593 s to compile), a quarter 0.19 MB chunks and 63.4M FLOPs
-# (909 nodes against 795: 842 s).
+# (909 nodes against 795: 842 s; both compiles with an earlier, costlier schedule).
 SPLIT_SHARE = 4
 # The schedule search's work budget (planner/schedule.py's units) for the points the
 # bisection tries. A point that fits its budget so is taken as fitting; one that does

@@ -12,10 +12,10 @@ The rule. The gradient is a sum over the batch and over output rows, so it split
 exactly. With `limit = max(bytes of x + bytes of g, CHUNK_FLOOR)` and `pieces =
 ceil(patches / limit)`, it is split into chunks of N // pieces images (or OH // pieces
 output rows), each contracting at most `limit` bytes of patches (a single output row's
-may exceed it: rows are not split further): a step then holds at most about twice its
-operands, and no chunk is so small that dispatching it
-costs more than it saves (1 MiB of patches is a product of ~0.3 ms on this machine's
-CPU per 64 output channels, against ~20 us of MLX dispatch per op). The split is over
+may exceed it: rows are not split further). A step then holds at most about twice its
+operands, and no chunk is so small that dispatching it costs more than it saves (1 MiB
+of patches is a product of ~0.3 ms on this machine's CPU per 64 output channels,
+against ~20 us of MLX dispatch per op). The split is over
 the batch where it has at least `pieces` images (axis-0 slices are views: no copy);
 otherwise over output rows with the whole batch, each chunk reading only the rows of
 x its taps reach (a band copy of x and of g, 1 / pieces of each). The partial
