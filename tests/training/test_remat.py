@@ -252,10 +252,15 @@ def test_a_copy_reading_a_forward_view_gets_an_id_of_its_own():
 def test_the_cnn_recomputes_no_more_than_checkpoint_every_layer_at_its_arena():
     # At batch 2, 16x16 images and width 4 checkpointing stopped saving anything once the
     # weight gradients became one op each (stop 29: the keep-everything arena fell to
-    # checkpointing's, 193,024 B, its peak the gradients themselves); at 32x32 images
-    # and width 2 the activations outweigh the gradients again.
-    model = build_zoo_model("resnet18", batch=4, image=32, width=2)
-    grads = tg.value_and_grad(with_loss(model.graph))
+    # checkpointing's, 193,024 B, its peak the gradients themselves). Since the stem's
+    # weight gradient holds its patches in the plan (stop 33), they set both arenas
+    # (1,115,200 B at batch 16, 32x32, width 2) until split; split to 64 KiB chunks,
+    # the activations outweigh the gradients again at batch 16.
+    from tensorgraph.ir.conv_grad_chunks import split_weight_gradients
+
+    model = build_zoo_model("resnet18", batch=16, image=32, width=2)
+    grads, split = split_weight_gradients(tg.value_and_grad(with_loss(model.graph)), 1 << 16)
+    assert split > 0
     keep = tg.compile(grads)
     layers = compile_checkpointed(grads)
     assert layers.plan.arena_size < keep.plan.arena_size  # checkpointing saves memory here
