@@ -222,8 +222,10 @@ def compile_to_budget(
             rewritten, keep = chunked, finish(chunked)
             keep_arena = keep.plan.arena_size
     if keep_arena <= budget:
-        report = RematReport(budget, "keep-all", 0, (), (), 0.0, keep_arena, keep_arena, 0.0)
-        return evolve(keep, remat=evolve(report, split=split))
+        report = RematReport(
+            budget, "keep-all", 0, (), (), 0.0, keep_arena, keep_arena, 0.0, split=split
+        )
+        return evolve(keep, remat=report)
     started = time.perf_counter()
     model = build_model(rewritten, alignment, analyses)
     scale = model.peak(frozenset()) / max(1, keep.plan.lower_bound)

@@ -78,6 +78,12 @@ def _infer(xs: Sequence[Operand], attrs: Mapping) -> tuple[Shape, DType]:
     return (o, c // groups, *kernel), x.dtype
 
 
+def patch_elements(x_shape: Shape, g_shape: Shape, kernel: Sequence[int]) -> int:
+    """Elements of the patch matrix the op contracts for an x of `x_shape` and a
+    cotangent of `g_shape`: N*OH*OW rows by C*KH*KW columns over all groups."""
+    return x_shape[0] * numel(g_shape[2:]) * x_shape[1] * numel(kernel)
+
+
 def workspace(xs: Sequence[Operand], attrs: Mapping, shape: Shape, dtype: DType) -> int:
     """Bytes of the patches both kernels contract (module docstring), at the widest
     precision either computes in (NumPy float32 for half types, MLX the node's dtype):
@@ -89,10 +95,9 @@ def workspace(xs: Sequence[Operand], attrs: Mapping, shape: Shape, dtype: DType)
     if 0 in tuple(g.shape):
         return 0
     n, c = x.shape[:2]
-    positions = tuple(g.shape[2:])
-    rows, cols = reach(attrs, positions)
-    kh, kw = attrs["kernel_size"]
-    elements = n * c * rows * cols + n * numel(positions) * c * kh * kw + numel(g.shape)
+    rows, cols = reach(attrs, tuple(g.shape[2:]))
+    patches = patch_elements(x.shape, g.shape, attrs["kernel_size"])
+    elements = n * c * rows * cols + patches + numel(g.shape)
     if dtype.itemsize < 4:
         elements += numel(x.shape) + numel(g.shape) + numel(shape)
     return elements * max(dtype.itemsize, 4)

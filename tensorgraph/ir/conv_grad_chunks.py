@@ -27,10 +27,8 @@ known when the rule runs).
 
 from __future__ import annotations
 
-import math
-
 from tensorgraph.ir import functions as fn
-from tensorgraph.ir.conv_grad import conv2d_weight_backward
+from tensorgraph.ir.conv_grad import conv2d_weight_backward, patch_elements
 from tensorgraph.ir.dtypes import float32
 from tensorgraph.ir.graph import Graph
 from tensorgraph.ir.node import Node
@@ -42,8 +40,7 @@ CHUNK_FLOOR = 1 << 20  # bytes of patches below which a weight gradient is never
 def patch_bytes(x: Tensor, g: Tensor, kernel: tuple[int, int]) -> int:
     """Bytes of the patch matrix one op over all of x and g contracts (N*OH*OW rows,
     C*KH*KW columns, at least float32 wide: the kernels' precision)."""
-    n, c = x.shape[:2]
-    return n * math.prod(g.shape[2:]) * c * math.prod(kernel) * max(x.dtype.itemsize, 4)
+    return patch_elements(x.shape, g.shape, kernel) * max(x.dtype.itemsize, 4)
 
 
 def chunk_count(x: Tensor, g: Tensor, kernel: tuple[int, int], limit: int | None = None) -> int:

@@ -415,7 +415,8 @@ def schedule(
     # The extra starts' budget: what the searches above spent (at most `budget`), so a
     # compile does at most twice the search work it did without them; only for graphs
     # that update state (a training step's updates are what the placement reorders).
-    shared, extra = cost.work, min(budget, cost.work - spent) if graph.state_updates else 0
+    shared = cost.work
+    extra = min(budget, shared - spent) if graph.state_updates else 0
     for peak, name, order in rest:
         if cost.work - shared >= extra:
             break
