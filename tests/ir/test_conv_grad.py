@@ -228,6 +228,25 @@ def test_the_workspace_bounds_what_the_kernel_holds(dtype) -> None:
     assert kernel_temporaries(node, args) <= workspace_bytes(node, g) + OBJECTS
 
 
+def test_equal_nodes_over_other_operands_have_their_own_workspace() -> None:
+    """Two weight-gradient nodes equal as nodes (same id, inputs, attributes, output
+    shape and dtype) whose images hold 4 and 2 images: workspaces are cached per node and
+    operand shapes, so the second's is its own, half the first's (every term of the
+    patches above counts images)."""
+    nodes, graphs = [], []
+    for batch in (4, 2):
+        g = tg.Graph("wb")
+        x = g.input("x", (batch, 8, 29, 27))
+        cot = g.input("g", (batch, 12, 12, 12))
+        out = conv2d_weight_backward(x, cot, 5, stride=2, padding=(1, 2), dilation=2, groups=2)
+        g.output(out)
+        nodes.append(g.node(out.id))
+        graphs.append(g)
+    assert nodes[0] == nodes[1]
+    full = (4 * 8 * 31 * 31 + 4 * 12 * 12 * 8 * 5 * 5 + 4 * 12 * 12 * 12) * 4
+    assert [workspace_bytes(n, g) for n, g in zip(nodes, graphs, strict=True)] == [full, full // 2]
+
+
 def test_disagreements_are_named() -> None:
     g = tg.Graph("g")
     x = g.input("x", (2, 4, 6, 6))
